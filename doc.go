@@ -1,0 +1,48 @@
+// Package ratecord keeps Discord bots inside Discord's REST rate limits.
+//
+// A [Transport] is an [http.RoundTripper]: set it as an [http.Client]'s
+// Transport, or hand such a client to any Discord library that accepts one,
+// and every request made through it waits for its turn instead of earning a
+// 429:
+//
+//	client := &http.Client{Transport: ratecord.NewTransport(nil)}
+//
+// For every request the transport
+//
+//  1. computes the route key: the method, the route template (ids become
+//     ":id", tokens ":token"), the major parameter (channel, guild, webhook
+//     or interaction) and a keyed hash of the Authorization header;
+//  2. claims a slot from the store, waiting in arrival order while the
+//     bucket, the credential's global limit, or a pause ordered by a 429
+//     says so, and failing fast with a [*RateLimitError] when the wait would
+//     pass the request's deadline or [WithMaxWait];
+//  3. sends the request through the wrapped transport;
+//  4. reports the response's rate-limit headers and 429 body to the store;
+//  5. sends a 429 again through a new claim, which waits exactly as long as
+//     Discord asked, and retries 5xx responses and network errors of
+//     idempotent requests with back-off.
+//
+// # Buckets
+//
+// Discord names the counter a route uses in X-RateLimit-Bucket. Until a
+// route's first response names it, the route sends one request at a time;
+// from then on requests of every route that shares the hash share one
+// counter per major parameter, and go out concurrently while the counter has
+// requests left. Remaining counts are decremented when a slot is granted and
+// only ever lowered by responses; resets come from X-RateLimit-Reset-After
+// plus a safety offset, never from wall clocks, and a window reopens only
+// after every request granted in it has been answered. This is correct for
+// Discord's fixed and sliding windows alike.
+//
+// # Stores
+//
+// State lives in a store.Store. Without [WithStore] the transport uses an
+// in-memory store (package store/memstore) for one process; the Redis store
+// shares limits between processes.
+//
+// # Secrets
+//
+// Bot tokens, webhook tokens and interaction tokens never appear in keys,
+// logs, errors or events: credentials and path tokens are replaced by keyed
+// hashes ([WithHashKey]).
+package ratecord

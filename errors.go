@@ -1,0 +1,127 @@
+package ratecord
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// Scope says which limit a 429 or a refusal refers to. The values are those
+// of the store package.
+type Scope = store.Scope
+
+// Scopes of 429 responses, and of ratecord's own refusals.
+const (
+	ScopeUser    = store.ScopeUser
+	ScopeGlobal  = store.ScopeGlobal
+	ScopeShared  = store.ScopeShared
+	ScopeBlocked = store.ScopeBlocked
+	ScopeGuard   = store.ScopeGuard
+)
+
+// Reasons a [RateLimitError] wraps, besides context errors. They are the
+// store package's errors, so errors.Is works whichever store is used.
+var (
+	// ErrClosed: the Transport (or its store) was closed.
+	ErrClosed = store.ErrClosed
+	// ErrWaitTooLong: the wait would exceed the maximum set by WithMaxWait.
+	ErrWaitTooLong = store.ErrWaitTooLong
+	// ErrInvalidBudget: the invalid-request guard refused to send.
+	ErrInvalidBudget = store.ErrInvalidBudget
+	// ErrUnauthorized: the credential answered 401 recently.
+	ErrUnauthorized = store.ErrUnauthorized
+	// ErrWebhookGone: the webhook or interaction token answered 401 or 404
+	// recently.
+	ErrWebhookGone = store.ErrWebhookGone
+)
+
+// RateLimitError is returned by [Transport.RoundTrip] when ratecord gave up
+// on a request because of a rate limit: the wait would pass the context's
+// deadline or the maximum wait, the context ended while waiting, the guard
+// refused it, the transport was closed, or the store failed.
+//
+// It works with errors.As, and errors.Is sees through it to the cause, so
+// errors.Is(err, context.DeadlineExceeded) holds when the deadline made
+// ratecord give up.
+type RateLimitError struct {
+	// Route is the route template, e.g. "POST /channels/:id/messages".
+	Route string
+	// Bucket is the bucket hash, or "" when not known.
+	Bucket string
+	// Scope is the limit that stopped the request.
+	Scope Scope
+	// RetryAfter is how long the limit was expected to last from the moment
+	// of the error; zero when unknown.
+	RetryAfter time.Duration
+	// Err is the cause.
+	Err error
+}
+
+func (e *RateLimitError) Error() string {
+	scope := string(e.Scope)
+	if scope == "" {
+		scope = "unknown"
+	}
+	s := fmt.Sprintf("ratecord: %s: gave up (scope %s", e.Route, scope)
+	if e.Bucket != "" {
+		s += ", bucket " + e.Bucket
+	}
+	if e.RetryAfter > 0 {
+		s += fmt.Sprintf(", retry after %v", e.RetryAfter)
+	}
+	return s + "): " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *RateLimitError) Unwrap() error { return e.Err }
+
+// EventKind says what an [Event] reports.
+type EventKind int
+
+// The kinds of events.
+const (
+	// EventRateLimited: Discord answered 429.
+	EventRateLimited EventKind = iota + 1
+	// EventRetrying: the request is about to be sent again.
+	EventRetrying
+	// EventGaveUp: ratecord returned an error or the last failed response
+	// instead of sending again.
+	EventGaveUp
+	// EventGuardTripped: the invalid-request guard or a 401/404 cooldown
+	// refused the request.
+	EventGuardTripped
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventRateLimited:
+		return "rate_limited"
+	case EventRetrying:
+		return "retrying"
+	case EventGaveUp:
+		return "gave_up"
+	case EventGuardTripped:
+		return "guard_tripped"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event reports something a request went through. It holds no token.
+type Event struct {
+	Kind EventKind
+	// Route is the route template.
+	Route string
+	// Bucket is the bucket hash, or "".
+	Bucket string
+	// Scope is the 429's scope or the limit that refused the request.
+	Scope Scope
+	// Status is the HTTP status of the response, or 0.
+	Status int
+	// RetryAfter is the wait the response or the store asked for.
+	RetryAfter time.Duration
+	// Attempt counts from 1 for the first sending.
+	Attempt int
+	// Err is the error given up with, if any.
+	Err error
+}

@@ -1,0 +1,189 @@
+package ratecord
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// limits is what one response says about the rate limits. Every field is
+// validated: a value that is missing, malformed, negative, NaN or absurd is
+// dropped or replaced by the conservative choice, never trusted.
+type limits struct {
+	bucket     string
+	hasLimit   bool
+	limit      int
+	remaining  int
+	resetAfter time.Duration // negative: unknown
+
+	// For 429 responses only.
+	scope      store.Scope
+	retryAfter time.Duration
+	hasRetry   bool // retryAfter came from the response
+}
+
+// Header names, canonical so lookups need no conversion.
+const (
+	hdrLimit      = "X-Ratelimit-Limit"
+	hdrRemaining  = "X-Ratelimit-Remaining"
+	hdrResetAfter = "X-Ratelimit-Reset-After"
+	hdrBucket     = "X-Ratelimit-Bucket"
+	hdrGlobal     = "X-Ratelimit-Global"
+	hdrScope      = "X-Ratelimit-Scope"
+	hdrRetryAfter = "Retry-After"
+)
+
+const (
+	// maxLimit bounds a believable X-RateLimit-Limit.
+	maxLimit = 1 << 20
+	// maxBucketLen bounds a believable bucket hash.
+	maxBucketLen = 64
+	// maxSeconds bounds any duration read from a response.
+	maxSeconds = 24 * 60 * 60
+)
+
+// parseHeaders reads the bucket headers of a response.
+func parseHeaders(h http.Header) limits {
+	var l limits
+	l.bucket = parseBucket(first(h, hdrBucket))
+	l.resetAfter = -1
+	limit, okLimit := parseCount(first(h, hdrLimit))
+	remaining, okRemaining := parseCount(first(h, hdrRemaining))
+	if okLimit && limit > 0 {
+		l.hasLimit = true
+		l.limit = limit
+		// A malformed Remaining next to a valid Limit means none left.
+		if okRemaining {
+			l.remaining = min(remaining, limit)
+		}
+		if d, ok := parseSeconds(first(h, hdrResetAfter), false); ok {
+			l.resetAfter = d
+		}
+	}
+	return l
+}
+
+// parse429 classifies a 429 response from its headers and body (the body
+// may be empty or not JSON). legacy selects millisecond units for
+// Retry-After and retry_after (API versions before 8).
+func parse429(h http.Header, body []byte, legacy bool) limits {
+	l := parseHeaders(h)
+	var b struct {
+		RetryAfter *float64 `json:"retry_after"`
+		Global     *bool    `json:"global"`
+	}
+	bodyRetry, bodyOK := time.Duration(0), false
+	if json.Unmarshal(body, &b) == nil && b.RetryAfter != nil {
+		bodyRetry, bodyOK = secondsToDuration(*b.RetryAfter, legacy)
+	}
+	headerRetry, headerOK := parseSeconds(first(h, hdrRetryAfter), legacy)
+
+	announced := l.bucket != "" || l.hasLimit || first(h, hdrScope) != "" || first(h, hdrGlobal) != ""
+	if !announced && !bodyOK {
+		// No rate-limit headers and no retry_after: a Cloudflare block.
+		l.scope = store.ScopeBlocked
+		l.retryAfter, l.hasRetry = headerRetry, headerOK
+		return l
+	}
+	switch {
+	case bodyOK:
+		l.retryAfter, l.hasRetry = bodyRetry, true
+	case headerOK:
+		l.retryAfter, l.hasRetry = headerRetry, true
+	case l.resetAfter >= 0:
+		l.retryAfter, l.hasRetry = l.resetAfter, true
+	}
+	switch strings.ToLower(strings.TrimSpace(first(h, hdrScope))) {
+	case "global":
+		l.scope = store.ScopeGlobal
+	case "shared":
+		l.scope = store.ScopeShared
+	default:
+		// "user", and scopes this version does not know: the bucket.
+		l.scope = store.ScopeUser
+	}
+	if strings.EqualFold(strings.TrimSpace(first(h, hdrGlobal)), "true") || b.Global != nil && *b.Global {
+		l.scope = store.ScopeGlobal
+	}
+	if !l.hasRetry {
+		// Limited without saying for how long: back off as from a block.
+		l.scope = store.ScopeBlocked
+	}
+	return l
+}
+
+// first returns the first value of a canonical header key without
+// allocating.
+func first(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// parseCount parses a non-negative integer count.
+func parseCount(s string) (int, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		// Tolerate "5.0", never "5.5".
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != math.Trunc(f) || f < 0 || f > maxLimit {
+			return 0, false
+		}
+		n = int(f)
+	}
+	if n < 0 || n > maxLimit {
+		return 0, false
+	}
+	return n, true
+}
+
+// parseSeconds parses a duration in seconds (milliseconds when ms is set),
+// clamped to a day.
+func parseSeconds(s string, ms bool) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, false
+	}
+	return secondsToDuration(f, ms)
+}
+
+func secondsToDuration(f float64, ms bool) (time.Duration, bool) {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return 0, false
+	}
+	if ms {
+		f /= 1000
+	}
+	if f > maxSeconds {
+		f = maxSeconds
+	}
+	// Round up to the millisecond so a truncated value never shortens a wait.
+	return time.Duration(math.Ceil(f*1000-1e-6)) * time.Millisecond, true
+}
+
+// parseBucket accepts an opaque bucket hash of printable ASCII.
+func parseBucket(s string) string {
+	if s == "" || len(s) > maxBucketLen {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return ""
+		}
+	}
+	return s
+}

@@ -1,0 +1,281 @@
+package ratecord
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// routeKey is what keying learns from a request: which counter it belongs to
+// and which limits apply. It never holds a token.
+type routeKey struct {
+	credential string // keyed hash of the Authorization header, or store.Unauthenticated
+	route      string // method and route template: "POST /channels/:id/messages"
+	major      string // "channels/123", "webhooks/1/<token hash>", "" for none
+	global     bool   // counts against the credential's global limit
+	tokenAuth  bool   // a webhook or interaction token in the path authenticates it
+	legacy     bool   // API before v8: 429 durations are milliseconds
+}
+
+// oldMessageSuffix marks the route of deleting a message older than 14 days,
+// which Discord limits in a bucket of its own. A '#' cannot occur in a path.
+const oldMessageSuffix = "#old"
+
+// discordEpoch is the first millisecond of 2015, where snowflakes start.
+const discordEpoch = 1420070400000
+
+// interactionTokenPrefix starts every interaction token: it is the base64
+// encoding of "interaction:".
+const interactionTokenPrefix = "aW50ZXJhY3Rpb246"
+
+// keyer turns requests into route keys. It is safe for concurrent use.
+type keyer struct {
+	secret []byte
+	pool   sync.Pool // of hash.Hash keyed with secret
+	last   atomic.Pointer[credEntry]
+
+	mu    sync.RWMutex // guards cache
+	cache map[string]string
+}
+
+type credEntry struct{ auth, id string }
+
+// maxCachedSecrets bounds the cache of secret -> hash.
+const maxCachedSecrets = 4096
+
+func newKeyer(secret []byte) *keyer {
+	k := &keyer{secret: secret, cache: make(map[string]string)}
+	k.pool.New = func() any { return hmac.New(sha256.New, k.secret) }
+	return k
+}
+
+// key computes the route key of req at time now.
+func (k *keyer) key(req *http.Request, now time.Time) routeKey {
+	rk := parseRoute(req.Method, req.URL.Path, now)
+	if rk.major != "" && rk.tokenAuth && rk.major[0] == 'w' {
+		// webhooks/{id}/{token}: the token is part of the major parameter,
+		// but only as a hash.
+		id, token := splitToken(rk.major)
+		rk.major = id + "/" + k.hashSecret(token, !isInteractionToken(token))
+	}
+	if auth := first(req.Header, "Authorization"); auth != "" {
+		rk.credential = k.credential(auth)
+	} else {
+		rk.credential = store.Unauthenticated
+	}
+	return rk
+}
+
+// credential returns the keyed hash of an Authorization header value.
+func (k *keyer) credential(auth string) string {
+	if e := k.last.Load(); e != nil && e.auth == auth {
+		return e.id
+	}
+	id := k.hashSecret(auth, true)
+	k.last.Store(&credEntry{auth: auth, id: id})
+	return id
+}
+
+// hashSecret returns a keyed hash of secret, remembering it when cache is
+// set. The hash cannot be turned back into the secret.
+func (k *keyer) hashSecret(secret string, cache bool) string {
+	if cache {
+		k.mu.RLock()
+		id, ok := k.cache[secret]
+		k.mu.RUnlock()
+		if ok {
+			return id
+		}
+	}
+	h := k.pool.Get().(hash.Hash)
+	h.Reset()
+	h.Write([]byte(secret))
+	var sum [sha256.Size]byte
+	id := base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
+	k.pool.Put(h)
+	if cache {
+		k.mu.Lock()
+		if len(k.cache) >= maxCachedSecrets {
+			clear(k.cache)
+		}
+		k.cache[secret] = id
+		k.mu.Unlock()
+	}
+	return id
+}
+
+// splitToken splits "webhooks/{id}/{token}" into "webhooks/{id}" and the token.
+func splitToken(major string) (string, string) {
+	for i := len("webhooks/"); i < len(major); i++ {
+		if major[i] == '/' {
+			return major[:i], major[i+1:]
+		}
+	}
+	return major, ""
+}
+
+func isInteractionToken(tok string) bool {
+	return len(tok) >= len(interactionTokenPrefix) && tok[:len(interactionTokenPrefix)] == interactionTokenPrefix
+}
+
+// parseRoute keys a request by method and path alone. It is a pure
+// function. For webhooks the major parameter it returns still holds the raw
+// token, which the keyer replaces by its hash.
+func parseRoute(method, path string, now time.Time) routeKey {
+	rk := routeKey{global: true}
+	path, rk.legacy = stripAPI(path)
+
+	var arr [192]byte
+	buf := append(arr[:0], method...)
+	buf = append(buf, ' ')
+
+	var (
+		first      string // the first segment: channels, guilds, webhooks, ...
+		firstStart int    // where it starts in path
+		prev       string // the previous segment
+		n          int    // index of the segment
+		msgID      string // for the old-message check
+		start      = 0
+		length     = len(path)
+	)
+	for start < length {
+		if path[start] == '/' {
+			start++
+			continue
+		}
+		end := start
+		for end < length && path[end] != '/' {
+			end++
+		}
+		seg := path[start:end]
+		digits := isDigits(seg)
+		buf = append(buf, '/')
+		switch {
+		case n == 0:
+			first, firstStart = seg, start
+			buf = appendLiteral(buf, seg)
+		case n == 1 && digits && isMajorRoot(first):
+			buf = append(buf, ":id"...)
+			rk.major = path[firstStart:end]
+		case n == 2 && rk.major != "" && (first == "webhooks" || first == "interactions"):
+			buf = append(buf, ":token"...)
+			rk.tokenAuth = true
+			if first == "webhooks" {
+				rk.major = path[firstStart:end]
+				if isInteractionToken(seg) {
+					rk.global = false
+				}
+			} else {
+				// An interaction id names exactly one token, so the id
+				// alone is the major parameter and no hash is needed.
+				rk.global = false
+			}
+		case prev == "reactions":
+			buf = append(buf, ":reaction"...)
+			end = length // everything after reactions/ collapses
+		case digits:
+			buf = append(buf, ":id"...)
+			if n == 3 && first == "channels" && prev == "messages" {
+				msgID = seg
+			}
+		case prev == "invites" || prev == "templates" && first == "guilds":
+			buf = append(buf, ":code"...)
+		case len(seg) >= 40:
+			// Nothing this long is a route word: keep secrets out.
+			buf = append(buf, ":token"...)
+		default:
+			buf = appendLiteral(buf, seg)
+		}
+		prev = seg
+		n++
+		start = end
+	}
+	if n == 0 {
+		buf = append(buf, '/')
+	}
+	if msgID != "" && n == 4 && method == http.MethodDelete && olderThan14Days(msgID, now) {
+		buf = append(buf, oldMessageSuffix...)
+	}
+	rk.route = string(buf)
+	return rk
+}
+
+// stripAPI removes "/api" and "/api/vN" and reports whether the version is
+// older than 8 (or absent after /api), where 429 durations are milliseconds.
+func stripAPI(path string) (string, bool) {
+	const api = "/api"
+	if len(path) < len(api) || path[:len(api)] != api || len(path) > len(api) && path[len(api)] != '/' {
+		return path, false
+	}
+	rest := path[len(api):]
+	if len(rest) > 2 && rest[0] == '/' && rest[1] == 'v' {
+		end := 2
+		for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+			end++
+		}
+		if end > 2 && (end == len(rest) || rest[end] == '/') {
+			v, err := strconv.Atoi(rest[2:end])
+			return rest[end:], err != nil || v < 8
+		}
+	}
+	return rest, true
+}
+
+func isMajorRoot(s string) bool {
+	return s == "channels" || s == "guilds" || s == "webhooks" || s == "interactions"
+}
+
+func isDigits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendLiteral appends a route word, keeping only bytes that are safe in a
+// key; anything else becomes '_'.
+func appendLiteral(buf []byte, seg string) []byte {
+	clean := true
+	for i := 0; i < len(seg) && clean; i++ {
+		clean = literalByte(seg[i])
+	}
+	if clean {
+		return append(buf, seg...)
+	}
+	for i := 0; i < len(seg); i++ {
+		if literalByte(seg[i]) {
+			buf = append(buf, seg[i])
+		} else {
+			buf = append(buf, '_')
+		}
+	}
+	return buf
+}
+
+func literalByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '@' || c == '.'
+}
+
+// olderThan14Days reports whether the snowflake id was created more than 14
+// days before now. Ids that do not parse are taken as recent.
+func olderThan14Days(id string, now time.Time) bool {
+	v, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return false
+	}
+	created := int64(v>>22) + discordEpoch
+	return now.UnixMilli()-created > (14 * 24 * time.Hour).Milliseconds()
+}

@@ -1,0 +1,230 @@
+package ratecord
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
+)
+
+// Option configures a [Transport]. Options are applied in order after the
+// defaults; an option given a nil value is ignored.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is fixed once NewTransport returns.
+type config struct {
+	store         store.Store
+	globalLimit   int
+	globalWindow  time.Duration
+	maxWait       time.Duration
+	retries       int
+	backoff       func() backoff.BackOff
+	offset        time.Duration
+	invalidBudget int
+	cooldown      time.Duration
+	onEvent       func(Event)
+	logger        *slog.Logger
+	hashKey       []byte
+	retryUnsafe   bool
+	clock         clock.Clock
+}
+
+// Defaults of a Transport without options.
+const (
+	// DefaultGlobalLimit is Discord's default global limit per credential.
+	DefaultGlobalLimit = 50
+	// DefaultGlobalWindow is one second plus a margin of 5 ms, so that
+	// jitter in send times cannot put more than the limit into one second at
+	// Discord's end.
+	DefaultGlobalWindow = time.Second + 5*time.Millisecond
+	// DefaultMaxWait is the longest a request waits for a slot.
+	DefaultMaxWait = time.Minute
+	// DefaultRetries is how many times a request is retried.
+	DefaultRetries = 3
+	// DefaultResetOffset is added to every reset and retry-after.
+	DefaultResetOffset = 20 * time.Millisecond
+	// DefaultInvalidBudget is half of Discord's 10,000 invalid requests per
+	// ten minutes.
+	DefaultInvalidBudget = 5000
+	// DefaultCooldown is how long a credential that answered 401, or a
+	// webhook that answered 401 or 404, is refused without asking Discord.
+	DefaultCooldown = 10 * time.Minute
+)
+
+// defaultHashKey keys the hash of credentials when WithHashKey is not used.
+// It makes hashes stable across processes; WithHashKey makes them secret.
+const defaultHashKey = "ratecord credential hash v1"
+
+func defaultConfig() config {
+	return config{
+		globalLimit:   DefaultGlobalLimit,
+		globalWindow:  DefaultGlobalWindow,
+		maxWait:       DefaultMaxWait,
+		retries:       DefaultRetries,
+		backoff:       defaultBackOff,
+		offset:        DefaultResetOffset,
+		invalidBudget: DefaultInvalidBudget,
+		cooldown:      DefaultCooldown,
+		logger:        slog.New(slog.DiscardHandler),
+		hashKey:       []byte(defaultHashKey),
+		clock:         clock.Real{},
+	}
+}
+
+// defaultBackOff waits 500 ms, then twice as long each time up to 30 s,
+// with 50% jitter.
+func defaultBackOff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 500 * time.Millisecond
+	b.MaxInterval = 30 * time.Second
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return b
+}
+
+// WithStore makes the transport keep its state in s, which may be shared
+// with other transports and processes. The transport does not close s.
+// Without it the transport creates, owns and closes a memory store.
+func WithStore(s store.Store) Option {
+	return optionFunc(func(c *config) {
+		if s != nil {
+			c.store = s
+		}
+	})
+}
+
+// WithGlobalLimit sets how many requests one credential may send in any
+// sliding window of length per. The defaults are [DefaultGlobalLimit] and
+// [DefaultGlobalWindow]; bots with a raised limit set theirs here. Values
+// below one (or a non-positive per) are ignored.
+func WithGlobalLimit(n int, per time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.globalLimit = n
+		}
+		if per > 0 {
+			c.globalWindow = per
+		}
+	})
+}
+
+// WithMaxWait sets the longest a request may wait for a slot. A request
+// whose wait is known to be longer fails at once with a [*RateLimitError]
+// wrapping [ErrWaitTooLong]. Zero or negative means no limit other than the
+// request's context. The default is [DefaultMaxWait].
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxWait = max(d, 0) })
+}
+
+// WithRetries sets how many times a request that got a 429, a 5xx or a
+// network error is sent again. Zero disables retries. The default is
+// [DefaultRetries].
+func WithRetries(n int) Option {
+	return optionFunc(func(c *config) { c.retries = max(n, 0) })
+}
+
+// WithBackOff sets the back-off policy for retries that the response does
+// not time: 5xx responses, network errors and 429s without a retry_after
+// (Cloudflare blocks). newBackOff is called once per request that needs it.
+// A 429 with a retry_after waits exactly that long instead.
+func WithBackOff(newBackOff func() backoff.BackOff) Option {
+	return optionFunc(func(c *config) {
+		if newBackOff != nil {
+			c.backoff = newBackOff
+		}
+	})
+}
+
+// WithResetOffset sets the safety margin added to every bucket reset and
+// 429 retry-after, absorbing latency and clock jitter between Discord's
+// servers. The default is [DefaultResetOffset].
+func WithResetOffset(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.offset = max(d, 0) })
+}
+
+// WithInvalidRequestBudget sets how many invalid responses (401, 403, and
+// 429 other than scope shared) may arrive within ten minutes before the
+// transport refuses to send, keeping clear of Discord's ban at 10,000.
+// A negative n disables the guard. The default is [DefaultInvalidBudget].
+func WithInvalidRequestBudget(n int) Option {
+	return optionFunc(func(c *config) {
+		if n == 0 {
+			n = -1
+		}
+		c.invalidBudget = n
+	})
+}
+
+// WithCooldown sets how long a credential that answered 401, or a webhook
+// or interaction token that answered 401 or 404, fails fast without a
+// request to Discord. A negative d disables it. The default is
+// [DefaultCooldown].
+func WithCooldown(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d == 0 {
+			d = -1
+		}
+		c.cooldown = d
+	})
+}
+
+// WithEventHandler sets a function called when a request is rate limited,
+// retried, given up on, or refused by the guard. It is called synchronously
+// from the request's goroutine, possibly concurrently: it must be fast and
+// safe for concurrent use.
+func WithEventHandler(f func(Event)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.onEvent = f
+		}
+	})
+}
+
+// WithLogger sets the logger for rate limits, retries and refusals. Log
+// records carry route templates and bucket hashes, never tokens. The default
+// discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// WithHashKey sets the key of the hash that turns Authorization headers and
+// webhook tokens into identifiers. Processes that share a store must use
+// the same key. Without it a fixed key is used: the hash still cannot be
+// reversed, but anyone who knows a token can recognise its hash.
+func WithHashKey(key []byte) Option {
+	return optionFunc(func(c *config) {
+		if len(key) > 0 {
+			c.hashKey = append([]byte(nil), key...)
+		}
+	})
+}
+
+// WithRetryNonIdempotent makes 5xx responses and network errors retried for
+// every method. By default only GET, HEAD, OPTIONS, TRACE, PUT and DELETE,
+// and requests with an Idempotency-Key header, are, because a POST that
+// failed in flight may have been carried out. 429s are always retried:
+// Discord did not carry them out.
+func WithRetryNonIdempotent(on bool) Option {
+	return optionFunc(func(c *config) { c.retryUnsafe = on })
+}
+
+// withClock injects the clock; tests in this package use it.
+func withClock(cl clock.Clock) Option {
+	return optionFunc(func(c *config) {
+		if cl != nil {
+			c.clock = cl
+		}
+	})
+}

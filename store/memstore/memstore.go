@@ -1,0 +1,838 @@
+// Package memstore keeps ratecord's rate-limit state in the memory of one
+// process. It is the store a Transport uses when it is given none.
+//
+// Waiters queue per bucket in arrival order and are handed their slot
+// directly when it opens: no waiter polls, and no more waiters wake than there
+// are slots. Requests that pass their bucket and count against the global
+// limit then queue, in arrival order again, for the credential's global
+// window.
+//
+// Idle state is swept as the store grows, so memory stays bounded however
+// many distinct routes pass (every interaction token makes a new one).
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
+)
+
+// Store is an in-memory [store.Store]. The zero value is not usable; create
+// one with [New]. It is safe for concurrent use.
+type Store struct {
+	mu        sync.Mutex // guards every field below and all state reachable from creds
+	clock     clock.Clock
+	creds     map[string]*cred
+	invalid   invalidLog
+	seq       uint64
+	closed    bool
+	done      chan struct{}
+	nbuckets  int
+	sweepAt   int
+	lastSweep time.Time
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// withClock injects the clock; tests in this package use it.
+func withClock(c clock.Clock) Option {
+	return optionFunc(func(s *Store) {
+		if c != nil {
+			s.clock = c
+		}
+	})
+}
+
+// New returns an empty Store. It starts no goroutine: timers run only while
+// requests wait.
+func New(opts ...Option) *Store {
+	s := &Store{
+		clock:   clock.Real{},
+		creds:   make(map[string]*cred),
+		done:    make(chan struct{}),
+		sweepAt: minSweep,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(s)
+		}
+	}
+	s.lastSweep = s.clock.Now()
+	s.invalid.epoch = s.lastSweep
+	return s
+}
+
+const (
+	// minSweep is the bucket count below which no size-triggered sweep runs.
+	minSweep = 1024
+	// sweepEvery bounds the time between sweeps.
+	sweepEvery = time.Minute
+	// routeTTL is how long a learned route -> bucket mapping outlives its
+	// last use.
+	routeTTL = time.Hour
+)
+
+// cred is the state of one credential.
+type cred struct {
+	id         string
+	routes     map[string]*route
+	buckets    map[bkey]*bucket
+	global     ring
+	globalQ    queue // waiters that hold their bucket slot and wait for the global window
+	pauseUntil time.Time
+	blocked    time.Time // a Cloudflare block: every bucket of the credential pauses
+	deadUntil  time.Time
+	dead       map[string]time.Time // token-authenticated majors that answered 401 or 404
+	timer      clock.Timer
+	timerAt    time.Time
+	lastUsed   time.Time
+}
+
+// route is what was learned about a route template.
+type route struct {
+	hash string // learned bucket hash; "" while unknown
+	none bool   // the route answers without rate-limit headers
+	seen time.Time
+}
+
+// bkey names a counter. Learned buckets have hash set and route empty; the
+// probe bucket of a route whose hash is not known yet has route set.
+type bkey struct {
+	hash, route, major string
+}
+
+// bucket is one counter: (credential, hash, major parameter).
+type bucket struct {
+	key bkey
+	c   *cred
+
+	known      bool // limit, remaining and window come from headers
+	limit      int
+	remaining  int
+	resetAt    time.Time // zero: the window has not started
+	estimated  bool      // resetAt is an estimate, replaced by the next response
+	window     time.Duration
+	pauseUntil time.Time
+	pending    int // granted requests whose response has not been reported
+	retired    bool
+
+	q        queue
+	timer    clock.Timer
+	timerAt  time.Time
+	lastUsed time.Time
+}
+
+type waiter struct {
+	seq    uint64
+	route  string
+	major  string
+	global bool
+	b      *bucket // the bucket the waiter queues on or was granted from
+	stage  int     // stageBucket, stageGlobal or stageGranted
+	at     time.Time // when the global window granted it
+	ready  chan struct{}
+}
+
+const (
+	stageBucket = iota
+	stageGlobal
+	stageGranted
+	stageGone
+)
+
+// Acquire implements [store.Store].
+func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, error) {
+	c := &claim
+	if err := ctx.Err(); err != nil {
+		return store.Permit{}, &store.WaitError{Err: err}
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+	}
+	s.maybeSweep(now)
+	cr := s.cred(c.Credential, now)
+	if err := s.refuse(cr, c, now); err != nil {
+		s.mu.Unlock()
+		return store.Permit{}, err
+	}
+	b := s.resolve(cr, c.Route, c.Major, now)
+	if c.Global {
+		cr.global.resize(globalLimit(c))
+		cr.global.window = globalWindow(c)
+	}
+	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now, globalWindow(c))) {
+		p := s.grant(cr, b, c.Global, now)
+		s.mu.Unlock()
+		return p, nil
+	}
+
+	if wait := s.estimate(cr, b, c, now); wait > 0 {
+		if err := tooLong(ctx, c, now, wait); err != nil {
+			scope := store.ScopeUser
+			if b == nil || (c.Global && b.q.empty() && b.available(now)) {
+				scope = store.ScopeGlobal
+			}
+			s.mu.Unlock()
+			return store.Permit{}, &store.WaitError{Bucket: hashOf(b), Scope: scope, RetryAfter: wait, Err: err}
+		}
+	}
+	s.seq++
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, b: b, ready: make(chan struct{})}
+	if b != nil {
+		b.q.push(w)
+		s.pumpBucket(b, now)
+	} else {
+		w.stage = stageGlobal
+		cr.globalQ.push(w)
+		s.pumpGlobal(cr, now, globalWindow(c))
+	}
+	s.mu.Unlock()
+	return s.wait(ctx, c, cr, w, now)
+}
+
+// wait blocks until w is granted or gives up.
+func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, start time.Time) (store.Permit, error) {
+	var expired <-chan time.Time
+	if c.MaxWait > 0 {
+		t := s.clock.NewTimer(c.MaxWait)
+		defer t.Stop()
+		expired = t.C()
+	}
+	var err error
+	select {
+	case <-w.ready:
+		now := s.clock.Now()
+		return store.Permit{Bucket: hashOf(w.b), Waited: now.Sub(start), Handle: handle(w.b)}, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.Done:
+		err = store.ErrClosed
+	case <-s.done:
+		err = store.ErrClosed
+	case <-expired:
+		err = store.ErrWaitTooLong
+	}
+
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	scope := store.ScopeUser
+	if w.stage == stageGlobal {
+		scope = store.ScopeGlobal
+	}
+	if w.b != nil && now.Before(w.b.pauseUntil) {
+		scope = store.ScopeShared
+	}
+	werr := &store.WaitError{Bucket: hashOf(w.b), Scope: scope, Err: err}
+	if !s.closed {
+		werr.RetryAfter = s.estimate(cr, w.b, c, now)
+	}
+	s.abandon(cr, w, now, globalWindow(c))
+	return store.Permit{}, werr
+}
+
+// abandon takes w out of line and gives back what it holds.
+func (s *Store) abandon(cr *cred, w *waiter, now time.Time, window time.Duration) {
+	switch w.stage {
+	case stageBucket:
+		w.b.q.remove(w)
+	case stageGlobal:
+		cr.globalQ.remove(w)
+		if w.b != nil {
+			w.b.giveBack()
+		}
+	case stageGranted:
+		if w.b != nil {
+			w.b.giveBack()
+		}
+		if w.global {
+			cr.global.remove(w.at)
+		}
+	}
+	w.stage = stageGone
+	if s.closed {
+		return
+	}
+	if w.b != nil {
+		s.pumpBucket(w.b, now)
+	}
+	s.pumpGlobal(cr, now, window)
+}
+
+// grant takes a slot from b (if any) and from the global window (if global)
+// and returns the permit.
+func (s *Store) grant(cr *cred, b *bucket, global bool, now time.Time) store.Permit {
+	if b != nil {
+		b.take(now)
+	}
+	if global {
+		cr.global.push(now)
+	}
+	return store.Permit{Bucket: hashOf(b), Handle: handle(b)}
+}
+
+func handle(b *bucket) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+func hashOf(b *bucket) string {
+	if b == nil {
+		return ""
+	}
+	return b.key.hash
+}
+
+// refuse applies the invalid-request guard and the 401/404 cooldowns.
+func (s *Store) refuse(cr *cred, c *store.Claim, now time.Time) error {
+	if budget := invalidBudget(c); budget > 0 {
+		if n, free := s.invalid.count(now); n >= budget {
+			return &store.WaitError{Scope: store.ScopeGuard, RetryAfter: free.Sub(now), Err: store.ErrInvalidBudget}
+		}
+	}
+	if c.TokenAuth {
+		if until, ok := cr.dead[c.Major]; ok && now.Before(until) {
+			return &store.WaitError{Scope: store.ScopeGuard, RetryAfter: until.Sub(now), Err: store.ErrWebhookGone}
+		}
+		return nil
+	}
+	if now.Before(cr.deadUntil) {
+		return &store.WaitError{Scope: store.ScopeGuard, RetryAfter: cr.deadUntil.Sub(now), Err: store.ErrUnauthorized}
+	}
+	return nil
+}
+
+// tooLong reports whether a wait of d is known to end after ctx's deadline
+// or the claim's MaxWait.
+func tooLong(ctx context.Context, c *store.Claim, now time.Time, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+		return context.DeadlineExceeded
+	}
+	if c.MaxWait > 0 && d > c.MaxWait {
+		return store.ErrWaitTooLong
+	}
+	return nil
+}
+
+// estimate returns a lower bound of how long a new claim on b would wait.
+func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now time.Time) time.Duration {
+	at := now
+	later := func(t time.Time) {
+		if t.After(at) {
+			at = t
+		}
+	}
+	if b != nil {
+		later(b.pauseUntil)
+		later(cr.blocked)
+		if b.known && b.remaining <= b.q.len() && b.resetAt.After(now) {
+			later(b.resetAt)
+		}
+	}
+	if c.Global {
+		later(cr.pauseUntil)
+		if t, full := cr.global.next(globalWindow(c)); full {
+			later(t)
+		}
+	}
+	return at.Sub(now)
+}
+
+// cred returns the state of credential id, creating it.
+func (s *Store) cred(id string, now time.Time) *cred {
+	cr := s.creds[id]
+	if cr == nil {
+		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket)}
+		s.creds[id] = cr
+	}
+	cr.lastUsed = now
+	return cr
+}
+
+// resolve returns the bucket a request on route and major counts against,
+// creating it, or nil when the route is known to have no bucket.
+func (s *Store) resolve(cr *cred, routeName, major string, now time.Time) *bucket {
+	r := cr.routes[routeName]
+	if r == nil {
+		r = &route{}
+		cr.routes[routeName] = r
+	}
+	r.seen = now
+	if r.none {
+		return nil
+	}
+	k := bkey{hash: r.hash, major: major}
+	if r.hash == "" {
+		k.route = routeName
+	}
+	b := cr.buckets[k]
+	if b == nil {
+		b = &bucket{key: k, c: cr}
+		cr.buckets[k] = b
+		s.nbuckets++
+	}
+	b.lastUsed = now
+	return b
+}
+
+// available reports whether b can grant a slot now, refilling it when its
+// window has passed and every request of the window has been reported.
+func (b *bucket) available(now time.Time) bool {
+	if now.Before(b.pauseUntil) || now.Before(b.c.blocked) || b.retired {
+		return false
+	}
+	if !b.known {
+		// Probe: one request at a time until a response names the limits.
+		return b.pending == 0
+	}
+	if b.pending == 0 && !b.resetAt.IsZero() && !now.Before(b.resetAt) {
+		b.remaining = b.limit
+		b.resetAt = time.Time{}
+	}
+	return b.remaining > 0
+}
+
+// wakeAt returns when b may become available by the passing of time alone,
+// or the zero time when only a response can open it.
+func (b *bucket) wakeAt(now time.Time) time.Time {
+	at := b.pauseUntil
+	if b.c.blocked.After(at) {
+		at = b.c.blocked
+	}
+	if at.After(now) {
+		return at
+	}
+	if b.known && b.remaining <= 0 && b.pending == 0 && b.resetAt.After(now) {
+		return b.resetAt
+	}
+	return time.Time{}
+}
+
+func (b *bucket) take(now time.Time) {
+	b.pending++
+	if !b.known {
+		return
+	}
+	b.remaining--
+	if b.resetAt.IsZero() {
+		b.resetAt = now.Add(b.window)
+		b.estimated = true
+	}
+}
+
+// giveBack returns a slot taken by a request that was never sent.
+func (b *bucket) giveBack() {
+	if b.pending > 0 {
+		b.pending--
+	}
+	if b.known && b.remaining < b.limit {
+		b.remaining++
+	}
+}
+
+// observe applies rate-limit headers received at now. Within a window the
+// remaining count only goes down and the reset only moves later, so a stale
+// or reordered response never reopens a window early.
+func (b *bucket) observe(now time.Time, u *store.Update) {
+	limit, remaining := u.Limit, u.Remaining
+	after := u.ResetAfter
+	if after < 0 {
+		after = max(b.window, time.Second)
+	}
+	reset := now.Add(store.ClampDuration(after) + store.ClampDuration(u.Offset))
+	if !b.known {
+		b.known = true
+		b.limit = limit
+		b.remaining = remaining
+		b.resetAt = reset
+		b.window = reset.Sub(now)
+		return
+	}
+	if limit > b.limit {
+		b.remaining += limit - b.limit
+	}
+	b.limit = limit
+	if remaining < b.remaining {
+		b.remaining = remaining
+	}
+	if b.estimated || b.resetAt.IsZero() || reset.After(b.resetAt) {
+		b.resetAt = reset
+		b.estimated = false
+	}
+	if w := reset.Sub(now); w > b.window {
+		b.window = w
+	}
+}
+
+// pumpBucket grants b's waiters while b has slots and arms a timer for the
+// moment it may have more.
+func (s *Store) pumpBucket(b *bucket, now time.Time) {
+	if s.closed {
+		return
+	}
+	cr := b.c
+	moved := false
+	for !b.q.empty() {
+		w := b.q.front()
+		// The route may have learned its bucket, or moved to another one,
+		// since w queued: follow it, keeping arrival order.
+		if nb := s.resolve(cr, w.route, w.major, now); nb != b {
+			b.q.pop()
+			w.b = nb
+			if nb == nil {
+				s.enterGlobal(cr, w, now)
+			} else {
+				nb.q.insert(w)
+				s.pumpBucket(nb, now)
+			}
+			moved = true
+			continue
+		}
+		if !b.available(now) {
+			break
+		}
+		b.q.pop()
+		b.take(now)
+		s.enterGlobal(cr, w, now)
+	}
+	if moved || !b.q.empty() {
+		s.arm(b, now)
+	}
+}
+
+// enterGlobal passes a waiter that holds its bucket slot on to the global
+// window, or grants it when the global limit does not apply.
+func (s *Store) enterGlobal(cr *cred, w *waiter, now time.Time) {
+	if !w.global {
+		w.stage = stageGranted
+		close(w.ready)
+		return
+	}
+	w.stage = stageGlobal
+	cr.globalQ.push(w)
+	s.pumpGlobal(cr, now, 0)
+}
+
+// pumpGlobal grants the credential's global waiters while the window allows.
+func (s *Store) pumpGlobal(cr *cred, now time.Time, window time.Duration) {
+	if s.closed {
+		return
+	}
+	if window <= 0 {
+		window = cr.global.window
+	}
+	if window <= 0 {
+		window = store.DefaultGlobalWindow
+	}
+	for !cr.globalQ.empty() {
+		if !cr.globalReady(now, window) {
+			at := cr.pauseUntil
+			if t, full := cr.global.next(window); full && t.After(at) {
+				at = t
+			}
+			s.armGlobal(cr, now, at)
+			return
+		}
+		w := cr.globalQ.pop()
+		cr.global.push(now)
+		w.at = now
+		w.stage = stageGranted
+		close(w.ready)
+	}
+}
+
+func (cr *cred) globalReady(now time.Time, window time.Duration) bool {
+	cr.global.window = window
+	if now.Before(cr.pauseUntil) {
+		return false
+	}
+	t, full := cr.global.next(window)
+	return !full || !now.Before(t)
+}
+
+// arm makes sure b is pumped again when time alone may open it.
+func (s *Store) arm(b *bucket, now time.Time) {
+	at := b.wakeAt(now)
+	if at.IsZero() {
+		return
+	}
+	if b.timer != nil {
+		if !b.timerAt.After(at) {
+			return
+		}
+		b.timer.Stop()
+	}
+	b.timerAt = at
+	b.timer = s.clock.AfterFunc(at.Sub(now), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		b.timer = nil
+		s.pumpBucket(b, s.clock.Now())
+	})
+}
+
+func (s *Store) armGlobal(cr *cred, now, at time.Time) {
+	if !at.After(now) {
+		at = now.Add(time.Millisecond)
+	}
+	if cr.timer != nil {
+		if !cr.timerAt.After(at) {
+			return
+		}
+		cr.timer.Stop()
+	}
+	cr.timerAt = at
+	cr.timer = s.clock.AfterFunc(at.Sub(now), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		cr.timer = nil
+		s.pumpGlobal(cr, s.clock.Now(), 0)
+	})
+}
+
+// Update implements [store.Store].
+func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update) error {
+	u := &update
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	cr := s.cred(u.Credential, now)
+	granted, _ := p.Handle.(*bucket)
+	if !u.Sent {
+		if granted != nil {
+			granted.giveBack()
+			s.pumpBucket(granted, now)
+		}
+		return nil
+	}
+	if granted != nil && granted.pending > 0 {
+		granted.pending--
+	}
+
+	offset := store.ClampDuration(u.Offset)
+	retry := store.ClampDuration(u.RetryAfter) + offset
+	target := granted
+	r := cr.routes[u.Route]
+	if r == nil {
+		r = &route{seen: now}
+		cr.routes[u.Route] = r
+	}
+	switch {
+	case u.Bucket != "":
+		if r.hash != u.Bucket || r.none {
+			r.hash, r.none = u.Bucket, false
+			if granted != nil && granted.key.route != "" {
+				granted.retired = true
+			}
+		}
+		target = s.resolve(cr, u.Route, u.Major, now)
+	case u.Status >= 200 && u.Status < 300 && !u.HasLimit && r.hash == "":
+		// Answered without rate-limit headers: bound by the global limit only.
+		r.none = true
+		if granted != nil && granted.key.route != "" {
+			granted.retired = true
+		}
+		target = nil
+	}
+
+	if u.Status == 429 {
+		switch u.Scope {
+		case store.ScopeGlobal:
+			cr.pauseUntil = later(cr.pauseUntil, now.Add(retry))
+		case store.ScopeShared:
+			if target != nil {
+				target.pauseUntil = later(target.pauseUntil, now.Add(retry))
+			}
+		case store.ScopeBlocked:
+			cr.blocked = later(cr.blocked, now.Add(retry))
+			cr.pauseUntil = later(cr.pauseUntil, cr.blocked)
+		default: // user, and unknown scopes treated as conservatively
+			if target != nil {
+				if u.HasLimit {
+					target.observe(now, u)
+				}
+				target.pauseUntil = later(target.pauseUntil, now.Add(retry))
+				if target.known {
+					target.remaining = 0
+					if target.resetAt.Before(target.pauseUntil) {
+						target.resetAt, target.estimated = target.pauseUntil, false
+					}
+				}
+			} else {
+				cr.pauseUntil = later(cr.pauseUntil, now.Add(retry))
+			}
+		}
+	} else if u.HasLimit && target != nil {
+		target.observe(now, u)
+	}
+
+	s.count(cr, u, now)
+
+	if granted != nil {
+		s.pumpBucket(granted, now)
+	}
+	if target != nil && target != granted {
+		s.pumpBucket(target, now)
+	}
+	if u.Status == 429 {
+		for _, b := range cr.buckets {
+			if !b.q.empty() {
+				s.arm(b, now)
+			}
+		}
+	}
+	s.pumpGlobal(cr, now, 0)
+	return nil
+}
+
+// count feeds the invalid-request guard and the 401/404 cooldowns.
+func (s *Store) count(cr *cred, u *store.Update, now time.Time) {
+	switch {
+	case u.Status == 401, u.Status == 403, u.Status == 429 && u.Scope != store.ScopeShared:
+		s.invalid.add(now)
+	}
+	cooldown := u.Cooldown
+	if cooldown == 0 {
+		cooldown = store.DefaultCooldown
+	}
+	if cooldown < 0 {
+		return
+	}
+	switch {
+	case u.TokenAuth && (u.Status == 401 || u.Status == 404):
+		if cr.dead == nil {
+			cr.dead = make(map[string]time.Time)
+		}
+		cr.dead[u.Major] = now.Add(cooldown)
+	case !u.TokenAuth && u.Status == 401:
+		cr.deadUntil = now.Add(cooldown)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Close implements [store.Store]: it releases every waiter with
+// [store.ErrClosed]. It is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	for _, cr := range s.creds {
+		if cr.timer != nil {
+			cr.timer.Stop()
+		}
+		for _, b := range cr.buckets {
+			if b.timer != nil {
+				b.timer.Stop()
+			}
+		}
+	}
+	return nil
+}
+
+// maybeSweep drops idle state when the store has doubled in size since the
+// last sweep, or a minute has passed.
+func (s *Store) maybeSweep(now time.Time) {
+	if s.nbuckets < s.sweepAt && now.Sub(s.lastSweep) < sweepEvery {
+		return
+	}
+	s.sweep(now)
+	s.lastSweep = now
+	s.sweepAt = max(minSweep, 2*s.nbuckets)
+}
+
+// sweep removes buckets whose windows have fully reset and that nobody uses,
+// routes unused for routeTTL, and credentials left with nothing.
+func (s *Store) sweep(now time.Time) {
+	for id, cr := range s.creds {
+		for k, b := range cr.buckets {
+			if b.idle(now) {
+				delete(cr.buckets, k)
+				s.nbuckets--
+			}
+		}
+		for name, r := range cr.routes {
+			if now.Sub(r.seen) > routeTTL {
+				delete(cr.routes, name)
+			}
+		}
+		for m, until := range cr.dead {
+			if !now.Before(until) {
+				delete(cr.dead, m)
+			}
+		}
+		if len(cr.buckets) == 0 && len(cr.routes) == 0 && len(cr.dead) == 0 && cr.idle(now) {
+			delete(s.creds, id)
+		}
+	}
+}
+
+func (b *bucket) idle(now time.Time) bool {
+	if b.pending > 0 || !b.q.empty() || b.timer != nil || now.Before(b.pauseUntil) {
+		return false
+	}
+	return b.retired || !b.known || b.resetAt.IsZero() || !now.Before(b.resetAt)
+}
+
+func (cr *cred) idle(now time.Time) bool {
+	if !cr.globalQ.empty() || cr.timer != nil || now.Before(cr.pauseUntil) || now.Before(cr.deadUntil) {
+		return false
+	}
+	t, ok := cr.global.newest()
+	return !ok || now.Sub(t) > cr.global.window
+}
+
+// Len returns the number of buckets the store holds, for tests and metrics.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nbuckets
+}
+
+func globalLimit(c *store.Claim) int {
+	if c.GlobalLimit > 0 {
+		return c.GlobalLimit
+	}
+	return store.DefaultGlobalLimit
+}
+
+func globalWindow(c *store.Claim) time.Duration {
+	if c.GlobalWindow > 0 {
+		return c.GlobalWindow
+	}
+	return store.DefaultGlobalWindow
+}
+
+func invalidBudget(c *store.Claim) int {
+	if c.InvalidBudget == 0 {
+		return store.DefaultInvalidBudget
+	}
+	return c.InvalidBudget
+}

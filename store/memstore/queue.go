@@ -1,0 +1,156 @@
+package memstore
+
+import "time"
+
+// queue is a FIFO of waiters ordered by arrival.
+type queue struct {
+	w    []*waiter
+	head int
+}
+
+func (q *queue) empty() bool    { return q.head == len(q.w) }
+func (q *queue) len() int       { return len(q.w) - q.head }
+func (q *queue) front() *waiter { return q.w[q.head] }
+func (q *queue) push(w *waiter) { q.w = append(q.w, w) }
+
+func (q *queue) pop() *waiter {
+	w := q.w[q.head]
+	q.w[q.head] = nil
+	q.head++
+	if q.head == len(q.w) {
+		q.w, q.head = q.w[:0], 0
+	} else if q.head > 64 && q.head > len(q.w)/2 {
+		n := copy(q.w, q.w[q.head:])
+		clear(q.w[n:])
+		q.w, q.head = q.w[:n], 0
+	}
+	return w
+}
+
+// insert places w by its arrival sequence (usually at the back).
+func (q *queue) insert(w *waiter) {
+	i := len(q.w)
+	for i > q.head && q.w[i-1].seq > w.seq {
+		i--
+	}
+	q.w = append(q.w, nil)
+	copy(q.w[i+1:], q.w[i:])
+	q.w[i] = w
+}
+
+func (q *queue) remove(w *waiter) {
+	for i := q.head; i < len(q.w); i++ {
+		if q.w[i] == w {
+			copy(q.w[i:], q.w[i+1:])
+			q.w[len(q.w)-1] = nil
+			q.w = q.w[:len(q.w)-1]
+			return
+		}
+	}
+}
+
+// ring holds the grant times of a credential's most recent requests, as
+// many as its global limit: a sliding log of the global window.
+type ring struct {
+	t      []time.Time
+	head   int // oldest entry when full
+	n      int
+	window time.Duration
+}
+
+func (r *ring) resize(limit int) {
+	if limit == len(r.t) {
+		return
+	}
+	keep := make([]time.Time, 0, limit)
+	for i := max(0, r.n-limit); i < r.n; i++ {
+		keep = append(keep, r.at(i))
+	}
+	r.t = make([]time.Time, limit)
+	r.n = copy(r.t, keep)
+	r.head = 0
+}
+
+// at returns the i-th oldest entry.
+func (r *ring) at(i int) time.Time { return r.t[(r.head+i)%len(r.t)] }
+
+// next reports whether the log is full and, if so, when its oldest entry
+// leaves the window.
+func (r *ring) next(window time.Duration) (time.Time, bool) {
+	if len(r.t) == 0 || r.n < len(r.t) {
+		return time.Time{}, false
+	}
+	return r.t[r.head].Add(window), true
+}
+
+func (r *ring) push(now time.Time) {
+	if r.n < len(r.t) {
+		r.t[(r.head+r.n)%len(r.t)] = now
+		r.n++
+		return
+	}
+	r.t[r.head] = now
+	r.head = (r.head + 1) % len(r.t)
+}
+
+// remove takes back the entry of a granted request that was not sent.
+func (r *ring) remove(t time.Time) {
+	for i := r.n - 1; i >= 0; i-- {
+		if r.at(i).Equal(t) {
+			for j := i; j < r.n-1; j++ {
+				r.t[(r.head+j)%len(r.t)] = r.at(j + 1)
+			}
+			r.n--
+			return
+		}
+	}
+}
+
+func (r *ring) newest() (time.Time, bool) {
+	if r.n == 0 {
+		return time.Time{}, false
+	}
+	return r.at(r.n - 1), true
+}
+
+// invalidLog counts invalid responses in slots of invalidSlot, a sliding
+// window that errs on the side of counting too much (up to one slot longer
+// than store.InvalidWindow).
+type invalidLog struct {
+	epoch time.Time
+	slots [invalidSlots + 1]struct {
+		n   int
+		idx int64
+	}
+}
+
+const (
+	invalidSlot  = 10 * time.Second
+	invalidSlots = 60 // invalidSlots * invalidSlot = store.InvalidWindow
+)
+
+func (l *invalidLog) index(now time.Time) int64 { return int64(now.Sub(l.epoch) / invalidSlot) }
+
+func (l *invalidLog) add(now time.Time) {
+	i := l.index(now)
+	s := &l.slots[i%int64(len(l.slots))]
+	if s.idx != i {
+		s.idx, s.n = i, 0
+	}
+	s.n++
+}
+
+// count returns the number of invalid responses in the window and when the
+// oldest of them stops counting.
+func (l *invalidLog) count(now time.Time) (int, time.Time) {
+	cur := l.index(now)
+	n, oldest := 0, cur+1
+	for _, s := range l.slots {
+		if s.n > 0 && cur-s.idx <= invalidSlots {
+			n += s.n
+			oldest = min(oldest, s.idx)
+		}
+	}
+	free := l.epoch.Add(time.Duration(oldest+invalidSlots+1) * invalidSlot)
+	return n, free
+}

@@ -1,0 +1,355 @@
+package ratecord
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
+)
+
+// Transport is an [http.RoundTripper] that keeps the requests sent through
+// it inside Discord's rate limits. Create one with [NewTransport]; it is
+// safe for concurrent use, and its configuration is fixed once created.
+type Transport struct {
+	base      http.RoundTripper
+	store     store.Store
+	ownsStore bool
+	keyer     *keyer
+	cfg       config
+	log       *slog.Logger
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close: releases every waiter
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport that sends requests through base, nil
+// meaning [http.DefaultTransport]. Without [WithStore] it keeps its state in
+// a new memory store, which Close closes.
+func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	t := &Transport{
+		base:  base,
+		store: cfg.store,
+		keyer: newKeyer(cfg.hashKey),
+		cfg:   cfg,
+		log:   cfg.logger,
+		done:  make(chan struct{}),
+	}
+	if t.store == nil {
+		t.store = memstore.New()
+		t.ownsStore = true
+	}
+	return t
+}
+
+// Close releases every request waiting for a slot with a [*RateLimitError]
+// wrapping [ErrClosed], makes later requests fail the same way, and closes
+// the store if the transport created it. Requests already sent finish
+// normally. Close is idempotent and does not close the base transport's
+// connections (see [Transport.CloseIdleConnections]).
+func (t *Transport) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.done)
+		if t.ownsStore {
+			err = t.store.Close()
+		}
+	})
+	return err
+}
+
+// CloseIdleConnections closes the idle connections of the base transport,
+// if it has such a method. [http.Client.CloseIdleConnections] calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// RoundTrip sends req within the rate limits: it keys the request, claims a
+// slot from the store (waiting if it must), sends it, reports what the
+// response says back to the store, and sends a 429 again when it may.
+//
+// It returns a *[RateLimitError] when it gives up before sending. A 429 it
+// does not retry (retries used up, or a body it cannot replay) is returned
+// as a response, body intact. req is never modified.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	key := t.keyer.key(req, t.cfg.clock.Now())
+	claim := t.claim(key)
+	var bo backoff.BackOff
+
+	for attempt := 1; ; attempt++ {
+		permit, err := t.store.Acquire(ctx, claim)
+		if err != nil {
+			closeBody(req)
+			return nil, t.giveUp(key, err, attempt)
+		}
+
+		out, err := t.prepare(req, attempt)
+		if err != nil {
+			t.report(ctx, permit, t.update(key, false, nil, nil))
+			closeBody(req)
+			return nil, err
+		}
+		resp, err := t.base.RoundTrip(out)
+		if err != nil {
+			t.report(ctx, permit, t.update(key, true, nil, nil))
+			if t.retryable(req, attempt) && ctx.Err() == nil {
+				bo = t.nextBackOff(bo)
+				if wait := bo.NextBackOff(); t.sleep(ctx, wait) {
+					t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, RetryAfter: wait, Attempt: attempt, Err: err})
+					continue
+				}
+			}
+			return nil, err
+		}
+
+		lim, err := t.readLimits(resp, key)
+		if err != nil {
+			t.report(ctx, permit, t.update(key, true, resp, &lim))
+			resp.Body.Close()
+			return nil, err
+		}
+		if resp.StatusCode == http.StatusTooManyRequests && lim.scope == store.ScopeBlocked {
+			// No retry_after: back off, and make every request of the
+			// credential wait as long, so none retries in a tight loop.
+			bo = t.nextBackOff(bo)
+			lim.retryAfter = max(lim.retryAfter, bo.NextBackOff())
+		}
+		t.report(ctx, permit, t.update(key, true, resp, &lim))
+
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			t.rateLimited(ctx, key, permit, resp, &lim, attempt)
+			if attempt > t.cfg.retries || !replayable(req) {
+				t.event(Event{Kind: EventGaveUp, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+				return resp, nil
+			}
+			// The store now knows the wait: the next claim waits it.
+			t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+			drain(resp)
+		case resp.StatusCode >= 500 && t.retryable(req, attempt):
+			bo = t.nextBackOff(bo)
+			wait := bo.NextBackOff()
+			drain(resp)
+			if !t.sleep(ctx, wait) {
+				return nil, ctx.Err()
+			}
+			t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
+		default:
+			return resp, nil
+		}
+	}
+}
+
+// claim describes the request to the store.
+func (t *Transport) claim(key routeKey) store.Claim {
+	return store.Claim{
+		Credential:    key.credential,
+		Route:         key.route,
+		Major:         key.major,
+		Global:        key.global,
+		TokenAuth:     key.tokenAuth,
+		GlobalLimit:   t.cfg.globalLimit,
+		GlobalWindow:  t.cfg.globalWindow,
+		InvalidBudget: t.cfg.invalidBudget,
+		MaxWait:       t.cfg.maxWait,
+		Done:          t.done,
+	}
+}
+
+// prepare returns the request to send for an attempt: req itself the first
+// time, a clone with a fresh body afterwards.
+func (t *Transport) prepare(req *http.Request, attempt int) (*http.Request, error) {
+	if attempt == 1 {
+		return req, nil
+	}
+	out := req.Clone(req.Context())
+	if req.Body != nil && req.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		out.Body = body
+	}
+	return out, nil
+}
+
+// readLimits parses the rate-limit headers, and for a 429 the body, which
+// it puts back so the caller can still read it.
+func (t *Transport) readLimits(resp *http.Response, key routeKey) (limits, error) {
+	if resp.StatusCode != http.StatusTooManyRequests {
+		return parseHeaders(resp.Header), nil
+	}
+	const maxBody = 64 << 10
+	var body []byte
+	if resp.Body != nil {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		if err != nil {
+			return parse429(resp.Header, nil, key.legacy), err
+		}
+		resp.Body = readCloser{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+	}
+	return parse429(resp.Header, body, key.legacy), nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// update turns what happened to a request into a store update.
+func (t *Transport) update(key routeKey, sent bool, resp *http.Response, lim *limits) store.Update {
+	u := store.Update{
+		Credential: key.credential,
+		Route:      key.route,
+		Major:      key.major,
+		Global:     key.global,
+		TokenAuth:  key.tokenAuth,
+		Sent:       sent,
+		Offset:     t.cfg.offset,
+		Cooldown:   t.cfg.cooldown,
+	}
+	if resp == nil || lim == nil {
+		return u
+	}
+	u.Status = resp.StatusCode
+	u.Bucket = lim.bucket
+	u.HasLimit = lim.hasLimit
+	u.Limit, u.Remaining, u.ResetAfter = lim.limit, lim.remaining, lim.resetAfter
+	u.Scope, u.RetryAfter = lim.scope, lim.retryAfter
+	return u
+}
+
+// report applies an update. A store that fails here does not fail the
+// request: the response is still the caller's; the failure is logged.
+func (t *Transport) report(ctx context.Context, p store.Permit, u store.Update) {
+	if err := t.store.Update(context.WithoutCancel(ctx), p, u); err != nil && !errors.Is(err, store.ErrClosed) {
+		t.log.LogAttrs(ctx, slog.LevelError, "ratecord: store update failed",
+			slog.String("route", u.Route), slog.String("bucket", p.Bucket), slog.Any("error", err))
+	}
+}
+
+// rateLimited reports a 429.
+func (t *Transport) rateLimited(ctx context.Context, key routeKey, p store.Permit, resp *http.Response, lim *limits, attempt int) {
+	t.event(Event{Kind: EventRateLimited, Route: key.route, Bucket: lim.bucketOr(p.Bucket), Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+	level := slog.LevelWarn
+	if lim.scope == store.ScopeShared {
+		level = slog.LevelInfo
+	}
+	t.log.LogAttrs(ctx, level, "ratecord: rate limited",
+		slog.String("route", key.route), slog.String("bucket", lim.bucketOr(p.Bucket)),
+		slog.String("scope", string(lim.scope)), slog.Duration("retry_after", lim.retryAfter),
+		slog.Int("attempt", attempt))
+}
+
+func (l *limits) bucketOr(b string) string {
+	if l.bucket != "" {
+		return l.bucket
+	}
+	return b
+}
+
+// giveUp turns a store refusal into a *RateLimitError and reports it.
+func (t *Transport) giveUp(key routeKey, err error, attempt int) error {
+	rl := &RateLimitError{Route: key.route, Err: err}
+	var we *store.WaitError
+	if errors.As(err, &we) {
+		rl.Bucket, rl.Scope, rl.RetryAfter, rl.Err = we.Bucket, we.Scope, we.RetryAfter, we.Err
+	}
+	kind, level := EventGaveUp, slog.LevelWarn
+	if rl.Scope == store.ScopeGuard {
+		kind, level = EventGuardTripped, slog.LevelError
+	}
+	t.event(Event{Kind: kind, Route: rl.Route, Bucket: rl.Bucket, Scope: rl.Scope, RetryAfter: rl.RetryAfter, Attempt: attempt, Err: rl.Err})
+	t.log.LogAttrs(context.Background(), level, "ratecord: gave up",
+		slog.String("route", rl.Route), slog.String("bucket", rl.Bucket), slog.String("scope", string(rl.Scope)),
+		slog.Duration("retry_after", rl.RetryAfter), slog.Any("error", rl.Err))
+	return rl
+}
+
+func (t *Transport) event(e Event) {
+	if t.cfg.onEvent != nil {
+		t.cfg.onEvent(e)
+	}
+}
+
+// retryable reports whether a 5xx or a network error may be retried.
+func (t *Transport) retryable(req *http.Request, attempt int) bool {
+	if attempt > t.cfg.retries || !replayable(req) {
+		return false
+	}
+	return t.cfg.retryUnsafe || idempotent(req)
+}
+
+func (t *Transport) nextBackOff(bo backoff.BackOff) backoff.BackOff {
+	if bo == nil {
+		bo = t.cfg.backoff()
+	}
+	return bo
+}
+
+// sleep waits d unless ctx ends or the transport closes first.
+func (t *Transport) sleep(ctx context.Context, d time.Duration) bool {
+	if d == backoff.Stop {
+		return false
+	}
+	timer := t.cfg.clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return true
+	case <-ctx.Done():
+		return false
+	case <-t.done:
+		return false
+	}
+}
+
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	_, a := req.Header["Idempotency-Key"]
+	_, b := req.Header["X-Idempotency-Key"]
+	return a || b
+}
+
+// replayable reports whether req's body can be sent again.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// drain reads a little of a response body and closes it, so the connection
+// can be reused.
+func drain(resp *http.Response) {
+	io.CopyN(io.Discard, resp.Body, 4<<10)
+	resp.Body.Close()
+}
