@@ -137,7 +137,11 @@ func TestUnknownRouteSendsOneAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 5; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); resp, err := do(t, c, "POST", api+"/channels/1/messages", "Bot a"); mustOK(t, resp, err) }()
+		go func() {
+			defer wg.Done()
+			resp, err := do(t, c, "POST", api+"/channels/1/messages", "Bot a")
+			mustOK(t, resp, err)
+		}()
 	}
 	time.Sleep(100 * time.Millisecond)
 	if sent, _, _ := f.stats(); len(sent) != 0 || mock.GetTotalCallCount() != 1 {

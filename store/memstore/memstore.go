@@ -137,8 +137,8 @@ type waiter struct {
 	route  string
 	major  string
 	global bool
-	b      *bucket // the bucket the waiter queues on or was granted from
-	stage  int     // stageBucket, stageGlobal or stageGranted
+	b      *bucket   // the bucket the waiter queues on or was granted from
+	stage  int       // stageBucket, stageGlobal or stageGranted
 	at     time.Time // when the global window granted it
 	ready  chan struct{}
 }
