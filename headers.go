@@ -128,6 +128,9 @@ func first(h http.Header, key string) string {
 
 // parseCount parses a non-negative integer count.
 func parseCount(s string) (int, bool) {
+	if n, ok := parseDigits(s); ok {
+		return n, n <= maxLimit
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, false
@@ -150,6 +153,9 @@ func parseCount(s string) (int, bool) {
 // parseSeconds parses a duration in seconds (milliseconds when ms is set),
 // clamped to a day.
 func parseSeconds(s string, ms bool) (time.Duration, bool) {
+	if d, ok := parseMillis(s, ms); ok {
+		return d, true
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, false
@@ -186,4 +192,65 @@ func parseBucket(s string) string {
 		}
 	}
 	return s
+}
+
+// parseMillis is the fast path of parseSeconds for the plain decimals
+// Discord sends ("64.570", "1"): up to 9 integer digits, rounded up to the
+// millisecond. Anything else is left to strconv.
+func parseMillis(s string, ms bool) (time.Duration, bool) {
+	if s == "" || len(s) > 20 {
+		return 0, false
+	}
+	var whole, frac int64
+	i := 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		whole = whole*10 + int64(s[i]-'0')
+	}
+	if i == 0 || i > 9 {
+		return 0, false
+	}
+	digits := 0
+	roundUp := false
+	if i < len(s) {
+		if s[i] != '.' || ms {
+			return 0, false
+		}
+		for i++; i < len(s); i++ {
+			c := s[i]
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			if digits < 3 {
+				frac = frac*10 + int64(c-'0')
+				digits++
+			} else if c != '0' {
+				roundUp = true
+			}
+		}
+	}
+	for ; digits < 3; digits++ {
+		frac *= 10
+	}
+	if roundUp {
+		frac++
+	}
+	if ms {
+		return min(time.Duration(whole)*time.Millisecond, maxSeconds*time.Second), true
+	}
+	return min(time.Duration(whole)*time.Second+time.Duration(frac)*time.Millisecond, maxSeconds*time.Second), true
+}
+
+// parseDigits parses a plain decimal integer of up to 9 digits.
+func parseDigits(s string) (int, bool) {
+	if s == "" || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }

@@ -41,6 +41,7 @@ type keyer struct {
 	secret []byte
 	pool   sync.Pool // of hash.Hash keyed with secret
 	last   atomic.Pointer[credEntry]
+	tmpl   templates
 
 	mu    sync.RWMutex // guards cache
 	cache map[string]string
@@ -57,9 +58,10 @@ func newKeyer(secret []byte) *keyer {
 	return k
 }
 
-// key computes the route key of req at time now.
-func (k *keyer) key(req *http.Request, now time.Time) routeKey {
-	rk := parseRoute(req.Method, req.URL.Path, now)
+// key computes the route key of req; now tells the time, read only when
+// the route depends on it.
+func (k *keyer) key(req *http.Request, now func() time.Time) routeKey {
+	rk := parseRoute(req.Method, req.URL.Path, now, &k.tmpl)
 	if rk.major != "" && rk.tokenAuth && rk.major[0] == 'w' {
 		// webhooks/{id}/{token}: the token is part of the major parameter,
 		// but only as a hash.
@@ -127,13 +129,14 @@ func isInteractionToken(tok string) bool {
 }
 
 // parseRoute keys a request by method and path alone. It is a pure
-// function. For webhooks the major parameter it returns still holds the raw
+// function but for tmpl, which only interns the template string (nil
+// allocates it). For webhooks the major parameter it returns still holds the raw
 // token, which the keyer replaces by its hash.
-func parseRoute(method, path string, now time.Time) routeKey {
+func parseRoute(method, path string, now func() time.Time, tmpl *templates) routeKey {
 	rk := routeKey{global: true}
 	path, rk.legacy = stripAPI(path)
 
-	var arr [192]byte
+	var arr [128]byte
 	buf := append(arr[:0], method...)
 	buf = append(buf, ' ')
 
@@ -143,25 +146,33 @@ func parseRoute(method, path string, now time.Time) routeKey {
 		prev       string // the previous segment
 		n          int    // index of the segment
 		msgID      string // for the old-message check
-		start      = 0
-		length     = len(path)
 	)
-	for start < length {
-		if path[start] == '/' {
-			start++
+	for i := 0; i < len(path); {
+		if path[i] == '/' {
+			i++
 			continue
 		}
-		end := start
-		for end < length && path[end] != '/' {
-			end++
+		// One pass finds the segment's end and what it is made of.
+		end, digits, literal := i, true, true
+		for ; end < len(path); end++ {
+			c := path[end]
+			if c == '/' {
+				break
+			}
+			if c < '0' || c > '9' {
+				digits = false
+				if literal && !literalByte(c) {
+					literal = false
+				}
+			}
 		}
-		seg := path[start:end]
-		digits := isDigits(seg)
+		seg := path[i:end]
+		digits = digits && len(seg) <= 20
 		buf = append(buf, '/')
 		switch {
 		case n == 0:
-			first, firstStart = seg, start
-			buf = appendLiteral(buf, seg)
+			first, firstStart = seg, i
+			buf = appendLiteral(buf, seg, literal)
 		case n == 1 && digits && isMajorRoot(first):
 			buf = append(buf, ":id"...)
 			rk.major = path[firstStart:end]
@@ -180,10 +191,10 @@ func parseRoute(method, path string, now time.Time) routeKey {
 			}
 		case prev == "reactions":
 			buf = append(buf, ":reaction"...)
-			end = length // everything after reactions/ collapses
+			end = len(path) // everything after reactions/ collapses
 		case digits:
 			buf = append(buf, ":id"...)
-			if n == 3 && first == "channels" && prev == "messages" {
+			if n == 3 && prev == "messages" && first == "channels" {
 				msgID = seg
 			}
 		case prev == "invites" || prev == "templates" && first == "guilds":
@@ -192,19 +203,23 @@ func parseRoute(method, path string, now time.Time) routeKey {
 			// Nothing this long is a route word: keep secrets out.
 			buf = append(buf, ":token"...)
 		default:
-			buf = appendLiteral(buf, seg)
+			buf = appendLiteral(buf, seg, literal)
 		}
 		prev = seg
 		n++
-		start = end
+		i = end
 	}
 	if n == 0 {
 		buf = append(buf, '/')
 	}
-	if msgID != "" && n == 4 && method == http.MethodDelete && olderThan14Days(msgID, now) {
+	if msgID != "" && n == 4 && method == http.MethodDelete && olderThan14Days(msgID, now()) {
 		buf = append(buf, oldMessageSuffix...)
 	}
-	rk.route = string(buf)
+	if tmpl != nil {
+		rk.route = tmpl.get(buf)
+	} else {
+		rk.route = string(buf)
+	}
 	return rk
 }
 
@@ -222,8 +237,14 @@ func stripAPI(path string) (string, bool) {
 			end++
 		}
 		if end > 2 && (end == len(rest) || rest[end] == '/') {
-			v, err := strconv.Atoi(rest[2:end])
-			return rest[end:], err != nil || v < 8
+			v := 0
+			for _, c := range rest[2:end] {
+				v = v*10 + int(c-'0')
+				if v >= 8 {
+					break // 8 and above: seconds
+				}
+			}
+			return rest[end:], v < 8
 		}
 	}
 	return rest, true
@@ -233,26 +254,10 @@ func isMajorRoot(s string) bool {
 	return s == "channels" || s == "guilds" || s == "webhooks" || s == "interactions"
 }
 
-func isDigits(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// appendLiteral appends a route word, keeping only bytes that are safe in a
-// key; anything else becomes '_'.
-func appendLiteral(buf []byte, seg string) []byte {
-	clean := true
-	for i := 0; i < len(seg) && clean; i++ {
-		clean = literalByte(seg[i])
-	}
-	if clean {
+// appendLiteral appends a route word, replacing bytes that are not safe in
+// a key with '_' unless literal says there are none.
+func appendLiteral(buf []byte, seg string, literal bool) []byte {
+	if literal {
 		return append(buf, seg...)
 	}
 	for i := 0; i < len(seg); i++ {
@@ -278,4 +283,46 @@ func olderThan14Days(id string, now time.Time) bool {
 	}
 	created := int64(v>>22) + discordEpoch
 	return now.UnixMilli()-created > (14 * 24 * time.Hour).Milliseconds()
+}
+
+// templates interns route templates, so keying a request on a known route
+// allocates nothing. Readers load an immutable map; a new template copies
+// it. Templates are few (ids, tokens and codes are templated away), and the
+// table stops growing at maxTemplates.
+type templates struct {
+	m  atomic.Pointer[map[string]string]
+	mu sync.Mutex // serializes writers
+}
+
+const maxTemplates = 4096
+
+func (t *templates) get(b []byte) string {
+	if m := t.m.Load(); m != nil {
+		if s, ok := (*m)[string(b)]; ok {
+			return s
+		}
+	}
+	s := string(b)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.m.Load()
+	if old != nil && len(*old) >= maxTemplates {
+		return s
+	}
+	m := make(map[string]string, 1+lenOf(old))
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[s] = s
+	t.m.Store(&m)
+	return s
+}
+
+func lenOf(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }

@@ -82,7 +82,7 @@ func TestParseRoute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := parseRoute(tt.method, tt.path, now)
+			got := parseRoute(tt.method, tt.path, func() time.Time { return now }, nil)
 			if got.route != tt.route || got.major != tt.major || got.global != tt.global || got.tokenAuth != tt.tokenAuth || got.legacy != tt.legacy {
 				t.Errorf("parseRoute(%q, %q) = {route %q major %q global %v tokenAuth %v legacy %v}; want {%q %q %v %v %v}",
 					tt.method, tt.path, got.route, got.major, got.global, got.tokenAuth, got.legacy,
@@ -95,7 +95,7 @@ func TestParseRoute(t *testing.T) {
 func TestKeyHidesSecrets(t *testing.T) {
 	t.Parallel()
 	k := newKeyer([]byte("k"))
-	now := time.Now()
+	now := time.Now
 	for _, path := range []string{
 		"/api/v10/webhooks/99/" + webhookToken,
 		"/api/v10/webhooks/99/" + interactionToken + "/messages/@original",
@@ -136,7 +136,7 @@ func TestCredential(t *testing.T) {
 		}
 		return r
 	}
-	now := time.Now()
+	now := time.Now
 	x := a.key(req("Bot token-x"), now).credential
 	if x2 := b.key(req("Bot token-x"), now).credential; x != x2 {
 		t.Errorf("same key, same token: %q != %q; processes sharing a store must agree", x, x2)
@@ -172,9 +172,10 @@ func FuzzParseRoute(f *testing.F) {
 	} {
 		f.Add("GET", s)
 	}
-	now := time.Now()
+	now := time.Now
 	f.Fuzz(func(t *testing.T, method, path string) {
-		rk := parseRoute(method, path, now)
+		var tmpl templates
+		rk := parseRoute(method, path, now, &tmpl)
 		if !strings.HasPrefix(rk.route, method+" /") {
 			t.Fatalf("parseRoute(%q, %q).route = %q; want the method and a path", method, path, rk.route)
 		}
@@ -187,7 +188,7 @@ func FuzzParseRoute(f *testing.F) {
 			t.Fatalf("parseRoute(%q, %q).major = %q is not from the path", method, path, rk.major)
 		}
 		// Keying is a function of the request alone.
-		if again := parseRoute(method, path, now); again != rk {
+		if again := parseRoute(method, path, now, nil); again != rk {
 			t.Fatalf("parseRoute(%q, %q) not deterministic: %+v then %+v", method, path, rk, again)
 		}
 	})
@@ -197,7 +198,7 @@ func BenchmarkKey(b *testing.B) {
 	k := newKeyer([]byte(defaultHashKey))
 	req, _ := http.NewRequest("POST", "https://discord.com/api/v10/channels/123456789012345678/messages", nil)
 	req.Header.Set("Authorization", "Bot "+webhookToken)
-	now := time.Now()
+	now := time.Now
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -93,7 +93,7 @@ func (t *Transport) CloseIdleConnections() {
 // as a response, body intact. req is never modified.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	key := t.keyer.key(req, t.cfg.clock.Now())
+	key := t.keyer.key(req, t.cfg.clock.Now)
 	claim := t.claim(key)
 	var bo backoff.BackOff
 
@@ -244,7 +244,7 @@ func (t *Transport) update(key routeKey, sent bool, resp *http.Response, lim *li
 // report applies an update. A store that fails here does not fail the
 // request: the response is still the caller's; the failure is logged.
 func (t *Transport) report(ctx context.Context, p store.Permit, u store.Update) {
-	if err := t.store.Update(context.WithoutCancel(ctx), p, u); err != nil && !errors.Is(err, store.ErrClosed) {
+	if err := t.store.Update(ctx, p, u); err != nil && !errors.Is(err, store.ErrClosed) {
 		t.log.LogAttrs(ctx, slog.LevelError, "ratecord: store update failed",
 			slog.String("route", u.Route), slog.String("bucket", p.Bucket), slog.Any("error", err))
 	}

@@ -41,7 +41,9 @@ type Store interface {
 	// Update reports what happened to a request sent under p: the rate-limit
 	// headers of its response, a 429, or that it was never sent. It never
 	// reopens a window early: stale or partial information only makes the
-	// store more conservative.
+	// store more conservative. Update must apply u even when ctx is done
+	// (the response has arrived; what it says must not be lost): stores
+	// doing I/O use context.WithoutCancel(ctx).
 	Update(ctx context.Context, p Permit, u Update) error
 
 	// Close releases every waiter with [ErrClosed] and frees the store's

@@ -69,6 +69,7 @@ func New(opts ...Option) *Store {
 	}
 	s.lastSweep = s.clock.Now()
 	s.invalid.epoch = s.lastSweep
+	s.invalid.sumIdx = -1
 	return s
 }
 
@@ -614,8 +615,14 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	if s.closed {
 		return store.ErrClosed
 	}
-	cr := s.cred(u.Credential, now)
 	granted, _ := p.Handle.(*bucket)
+	var cr *cred
+	if granted != nil {
+		cr = granted.c
+		cr.lastUsed = now
+	} else {
+		cr = s.cred(u.Credential, now)
+	}
 	if !u.Sent {
 		if granted != nil {
 			granted.giveBack()
@@ -630,12 +637,18 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	offset := store.ClampDuration(u.Offset)
 	retry := store.ClampDuration(u.RetryAfter) + offset
 	target := granted
-	r := cr.routes[u.Route]
-	if r == nil {
-		r = &route{seen: now}
-		cr.routes[u.Route] = r
+	var r *route
+	if granted == nil || u.Bucket == "" || granted.key.hash != u.Bucket || granted.key.major != u.Major {
+		// The response may teach this route something new: look it up.
+		// (When it confirms the bucket it was granted from, nothing changes.)
+		r = cr.routes[u.Route]
+		if r == nil {
+			r = &route{seen: now}
+			cr.routes[u.Route] = r
+		}
 	}
 	switch {
+	case r == nil:
 	case u.Bucket != "":
 		if r.hash != u.Bucket || r.none {
 			r.hash, r.none = u.Bucket, false

@@ -115,13 +115,17 @@ func (r *ring) newest() (time.Time, bool) {
 
 // invalidLog counts invalid responses in slots of invalidSlot, a sliding
 // window that errs on the side of counting too much (up to one slot longer
-// than store.InvalidWindow).
+// than store.InvalidWindow). The sum is cached per slot, so counting is
+// constant time.
 type invalidLog struct {
 	epoch time.Time
 	slots [invalidSlots + 1]struct {
 		n   int
 		idx int64
 	}
+	sumIdx int64 // slot index the cached sum is for; -1 when stale
+	sum    int
+	oldest int64
 }
 
 const (
@@ -138,19 +142,22 @@ func (l *invalidLog) add(now time.Time) {
 		s.idx, s.n = i, 0
 	}
 	s.n++
+	l.sumIdx = -1
 }
 
 // count returns the number of invalid responses in the window and when the
 // oldest of them stops counting.
 func (l *invalidLog) count(now time.Time) (int, time.Time) {
 	cur := l.index(now)
-	n, oldest := 0, cur+1
-	for _, s := range l.slots {
-		if s.n > 0 && cur-s.idx <= invalidSlots {
-			n += s.n
-			oldest = min(oldest, s.idx)
+	if cur != l.sumIdx {
+		l.sum, l.oldest = 0, cur+1
+		for _, s := range l.slots {
+			if s.n > 0 && cur-s.idx <= invalidSlots {
+				l.sum += s.n
+				l.oldest = min(l.oldest, s.idx)
+			}
 		}
+		l.sumIdx = cur
 	}
-	free := l.epoch.Add(time.Duration(oldest+invalidSlots+1) * invalidSlot)
-	return n, free
+	return l.sum, l.epoch.Add(time.Duration(l.oldest+invalidSlots+1) * invalidSlot)
 }

@@ -1,0 +1,134 @@
+package ratecord_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store/memstore"
+)
+
+// discordLike serves one bucket of 2 requests per 10 seconds, announced in
+// headers the way Discord does.
+func discordLike() *httptest.Server {
+	var used atomic.Int32
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := used.Add(1)
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "2")
+		w.Header().Set("X-RateLimit-Remaining", fmt.Sprint(max(0, 2-n)))
+		w.Header().Set("X-RateLimit-Reset-After", "10.000")
+		fmt.Fprint(w, `{"id":"1"}`)
+	}))
+}
+
+// The transport is a drop-in http.RoundTripper: every request made through
+// the client waits for its turn.
+func Example() {
+	discord := discordLike()
+	defer discord.Close()
+
+	transport := ratecord.NewTransport(nil)
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest("POST", discord.URL+"/api/v10/channels/123/messages", strings.NewReader(`{"content":"hi"}`))
+		req.Header.Set("Authorization", "Bot my-token")
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status)
+	}
+	// Output:
+	// 200 OK
+	// 200 OK
+}
+
+// A request that would have to wait past its deadline fails at once with a
+// *RateLimitError, which also matches context.DeadlineExceeded.
+func ExampleRateLimitError() {
+	discord := discordLike()
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil)
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	send := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, "POST", discord.URL+"/api/v10/channels/123/messages", nil)
+		req.Header.Set("Authorization", "Bot my-token")
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	send(context.Background())
+	send(context.Background()) // the bucket is now empty for ten seconds
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := send(ctx)
+	var rl *ratecord.RateLimitError
+	if errors.As(err, &rl) {
+		fmt.Println(rl.Route, rl.Bucket, rl.Scope, rl.RetryAfter > 9*time.Second)
+	}
+	fmt.Println(errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// POST /channels/:id/messages abcd user true
+	// true
+}
+
+// Transports can share one store, so they share the limits.
+func ExampleWithStore() {
+	store := memstore.New()
+	defer store.Close()
+	a := ratecord.NewTransport(nil, ratecord.WithStore(store))
+	b := ratecord.NewTransport(nil, ratecord.WithStore(store), ratecord.WithMaxWait(30*time.Second))
+	defer a.Close()
+	defer b.Close()
+	fmt.Println(a != b)
+	// Output: true
+}
+
+// Events tell when Discord answered 429, when ratecord retries, gives up, or
+// refuses a request to protect the bot from a ban.
+func ExampleWithEventHandler() {
+	var calls atomic.Int32
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("X-RateLimit-Scope", "user")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"message":"You are being rate limited.","retry_after":0.05,"global":false}`)
+			return
+		}
+		fmt.Fprint(w, `{}`)
+	}))
+	defer discord.Close()
+
+	transport := ratecord.NewTransport(nil, ratecord.WithEventHandler(func(e ratecord.Event) {
+		fmt.Println(e.Kind, e.Route, e.Scope, e.RetryAfter)
+	}))
+	defer transport.Close()
+	resp, err := (&http.Client{Transport: transport}).Get(discord.URL + "/api/v10/channels/123/pins")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	fmt.Println(resp.Status)
+	// Output:
+	// rate_limited GET /channels/:id/pins user 50ms
+	// retrying GET /channels/:id/pins user 50ms
+	// 200 OK
+}
