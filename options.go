@@ -41,10 +41,11 @@ type config struct {
 const (
 	// DefaultGlobalLimit is Discord's default global limit per credential.
 	DefaultGlobalLimit = 50
-	// DefaultGlobalWindow is one second plus a margin of 5 ms, so that
-	// jitter in send times cannot put more than the limit into one second at
-	// Discord's end.
-	DefaultGlobalWindow = time.Second + 5*time.Millisecond
+	// DefaultGlobalWindow is Discord's window of the global limit. Each
+	// request's window is counted from when its response arrived (at most
+	// the reset offset after it was sent), so a request that was slow to
+	// leave cannot share a window with later ones.
+	DefaultGlobalWindow = time.Second
 	// DefaultMaxWait is the longest a request waits for a slot.
 	DefaultMaxWait = time.Minute
 	// DefaultRetries is how many times a request is retried.

@@ -171,6 +171,7 @@ func (t *Transport) claim(key routeKey) store.Claim {
 		TokenAuth:     key.tokenAuth,
 		GlobalLimit:   t.cfg.globalLimit,
 		GlobalWindow:  t.cfg.globalWindow,
+		Offset:        t.cfg.offset,
 		InvalidBudget: t.cfg.invalidBudget,
 		MaxWait:       t.cfg.maxWait,
 		Done:          t.done,

@@ -77,6 +77,11 @@ type Claim struct {
 	// GlobalWindow is the length of the sliding global window. Zero means one
 	// second.
 	GlobalWindow time.Duration
+	// Offset is the safety margin of the claim: a global slot is held from
+	// the grant until the response arrives, and at most Offset after the
+	// grant, before its window starts, so a request that took long to leave
+	// cannot land in the same window as the next ones.
+	Offset time.Duration
 	// InvalidBudget is the number of invalid responses (401, 403 and 429
 	// other than scope shared) allowed within [InvalidWindow] before the
 	// store refuses requests. Zero means 5,000; a negative value disables the
@@ -98,8 +103,9 @@ type Permit struct {
 	Bucket string
 	// Waited is how long Acquire blocked.
 	Waited time.Duration
-	// Handle is private to the store that issued the Permit.
+	// Handle and Token are private to the store that issued the Permit.
 	Handle any
+	Token  uint64
 }
 
 // Update carries what a response taught about the limits.

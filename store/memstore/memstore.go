@@ -138,9 +138,10 @@ type waiter struct {
 	route  string
 	major  string
 	global bool
-	b      *bucket   // the bucket the waiter queues on or was granted from
-	stage  int       // stageBucket, stageGlobal or stageGranted
-	at     time.Time // when the global window granted it
+	offset time.Duration
+	b      *bucket // the bucket the waiter queues on or was granted from
+	stage  int     // stageBucket, stageGlobal or stageGranted
+	token  uint64  // the global window's token, once granted
 	ready  chan struct{}
 }
 
@@ -175,7 +176,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 		cr.global.window = globalWindow(c)
 	}
 	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now, globalWindow(c))) {
-		p := s.grant(cr, b, c.Global, now)
+		p := s.grant(cr, b, c, now)
 		s.mu.Unlock()
 		return p, nil
 	}
@@ -191,7 +192,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, b: b, ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: store.ClampDuration(c.Offset), b: b, ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)
@@ -216,7 +217,7 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	select {
 	case <-w.ready:
 		now := s.clock.Now()
-		return store.Permit{Bucket: hashOf(w.b), Waited: now.Sub(start), Handle: handle(w.b)}, nil
+		return store.Permit{Bucket: hashOf(w.b), Waited: now.Sub(start), Handle: handle(w.b), Token: w.token}, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-c.Done:
@@ -260,7 +261,7 @@ func (s *Store) abandon(cr *cred, w *waiter, now time.Time, window time.Duration
 			w.b.giveBack()
 		}
 		if w.global {
-			cr.global.remove(w.at)
+			cr.global.remove(w.token)
 		}
 	}
 	w.stage = stageGone
@@ -275,14 +276,15 @@ func (s *Store) abandon(cr *cred, w *waiter, now time.Time, window time.Duration
 
 // grant takes a slot from b (if any) and from the global window (if global)
 // and returns the permit.
-func (s *Store) grant(cr *cred, b *bucket, global bool, now time.Time) store.Permit {
+func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now time.Time) store.Permit {
 	if b != nil {
 		b.take(now)
 	}
-	if global {
-		cr.global.push(now)
+	p := store.Permit{Bucket: hashOf(b), Handle: handle(b)}
+	if c.Global {
+		p.Token = cr.global.push(now.Add(store.ClampDuration(c.Offset)))
 	}
-	return store.Permit{Bucket: hashOf(b), Handle: handle(b)}
+	return p
 }
 
 func handle(b *bucket) any {
@@ -550,8 +552,7 @@ func (s *Store) pumpGlobal(cr *cred, now time.Time, window time.Duration) {
 			return
 		}
 		w := cr.globalQ.pop()
-		cr.global.push(now)
-		w.at = now
+		w.token = cr.global.push(now.Add(w.offset))
 		w.stage = stageGranted
 		close(w.ready)
 	}
@@ -624,6 +625,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 		cr = s.cred(u.Credential, now)
 	}
 	if !u.Sent {
+		cr.global.remove(p.Token)
 		if granted != nil {
 			granted.giveBack()
 			s.pumpBucket(granted, now)
@@ -633,6 +635,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	if granted != nil && granted.pending > 0 {
 		granted.pending--
 	}
+	// The request has reached Discord by now: its global slot's window
+	// starts no later than this.
+	cr.global.settle(p.Token, now)
 
 	offset := store.ClampDuration(u.Offset)
 	retry := store.ClampDuration(u.RetryAfter) + offset

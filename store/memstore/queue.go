@@ -49,12 +49,15 @@ func (q *queue) remove(w *waiter) {
 	}
 }
 
-// ring holds the grant times of a credential's most recent requests, as
-// many as its global limit: a sliding log of the global window.
+// ring is the sliding log of a credential's global window: for each of its
+// most recent grants, as many as the global limit, the latest moment the
+// request may have reached Discord. That is the grant plus the claim's
+// offset until the response arrives, then the response time if earlier.
 type ring struct {
 	t      []time.Time
-	head   int // oldest entry when full
-	n      int
+	head   int    // oldest entry when full
+	n      int    // entries in use
+	seq    uint64 // grants pushed so far
 	window time.Duration
 }
 
@@ -83,26 +86,40 @@ func (r *ring) next(window time.Duration) (time.Time, bool) {
 	return r.t[r.head].Add(window), true
 }
 
-func (r *ring) push(now time.Time) {
+// push records a grant whose request may reach Discord until bound, and
+// returns its token (never 0).
+func (r *ring) push(bound time.Time) uint64 {
 	if r.n < len(r.t) {
-		r.t[(r.head+r.n)%len(r.t)] = now
+		r.t[(r.head+r.n)%len(r.t)] = bound
 		r.n++
-		return
+	} else {
+		r.t[r.head] = bound
+		r.head = (r.head + 1) % len(r.t)
 	}
-	r.t[r.head] = now
-	r.head = (r.head + 1) % len(r.t)
+	r.seq++
+	return r.seq
 }
 
-// remove takes back the entry of a granted request that was not sent.
-func (r *ring) remove(t time.Time) {
-	for i := r.n - 1; i >= 0; i-- {
-		if r.at(i).Equal(t) {
-			for j := i; j < r.n-1; j++ {
-				r.t[(r.head+j)%len(r.t)] = r.at(j + 1)
-			}
-			r.n--
-			return
-		}
+// index returns where the grant with token tok is, if still in the log.
+func (r *ring) index(tok uint64) (int, bool) {
+	if tok == 0 || tok > r.seq || r.seq-tok >= uint64(r.n) {
+		return 0, false
+	}
+	return (r.head + r.n - 1 - int(r.seq-tok)) % len(r.t), true
+}
+
+// settle lowers the bound of grant tok to at, when its response arrived
+// before the bound.
+func (r *ring) settle(tok uint64, at time.Time) {
+	if i, ok := r.index(tok); ok && at.Before(r.t[i]) {
+		r.t[i] = at
+	}
+}
+
+// remove frees the entry of a granted request that was not sent.
+func (r *ring) remove(tok uint64) {
+	if i, ok := r.index(tok); ok {
+		r.t[i] = time.Time{}
 	}
 }
 

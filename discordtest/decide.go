@@ -1,0 +1,361 @@
+package discordtest
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// sweepEvery is how often, in emulator time, idle counters are dropped.
+const sweepEvery = 10 * time.Second
+
+// discordEpoch is the start of Discord's snowflakes, in Unix milliseconds.
+const discordEpoch = 1420070400000
+
+// Scopes of a 429, as sent in X-RateLimit-Scope and counted in
+// [Stats].ByScope.
+const (
+	// ScopeUser is a credential exceeding a bucket or a hidden sublimit.
+	ScopeUser = "user"
+	// ScopeGlobal is a credential exceeding its global limit.
+	ScopeGlobal = "global"
+	// ScopeShared is a resource busy for everyone; see [SharedLimit].
+	ScopeShared = "shared"
+)
+
+// counterKind says which limit a counter enforces.
+type counterKind uint8
+
+const (
+	kindBucket   counterKind = iota // cred, hash, major
+	kindGlobal                      // cred
+	kindShared                      // hash = index of the SharedLimit, major = resource
+	kindSublimit                    // major = channels/{id}
+	kindInvalid                     // cred = client IP
+)
+
+// counterKey names one counter.
+type counterKey struct {
+	kind  counterKind
+	cred  string
+	hash  string
+	major string
+}
+
+// deliveredKey names a bucket as seen by one credential.
+type deliveredKey struct {
+	cred string
+	hash string
+}
+
+// result is the emulator's decision about one request.
+type result struct {
+	decided   time.Time
+	status    int
+	scope     string        // scope of a 429, "" otherwise
+	retry     time.Duration // retry_after of a 429
+	headers   *bucketHeaders
+	banned    bool // the client IP is banned: Cloudflare's 429
+	avoidable bool // a 429 the client could have avoided
+	route     string
+	hash      string
+	code      int    // Discord error code of a 404 or 401
+	message   string // Discord error message of a 404 or 401
+	id        string // snowflake for a created object
+}
+
+// bucketHeaders are the values of the X-RateLimit-* headers of a bucket.
+type bucketHeaders struct {
+	hash       string
+	limit      int
+	remaining  int
+	resetAfter time.Duration
+}
+
+// decide takes the decision about one request under the lock and records it
+// in the stats. back is the latency still to come, used to tell when the
+// response reaches the client.
+func (s *Server) decide(q *request, back time.Duration) result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
+	res := s.judge(q, now, back)
+	res.decided = now
+	s.record(q, &res)
+	return res
+}
+
+// judge applies the limits in Discord's order: Cloudflare ban, token, global
+// limit, shared resource, bucket, hidden sublimit, then the resource itself.
+func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
+	var res result
+	var b Bucket
+	var hasBucket bool
+	if rt := matchRoute(s.routes, q.method, q.segs); rt != nil {
+		res.route, res.hash = rt.tmpl.text, rt.hash
+		b, hasBucket = s.buckets[rt.hash]
+	} else {
+		res.route = q.safePath()
+	}
+	if until, ok := s.bans[q.ip]; ok && now.Before(until) {
+		res.banned, res.status = true, http.StatusTooManyRequests
+		return res
+	}
+
+	if !s.authorized(q.auth) {
+		res.status, res.code, res.message = http.StatusUnauthorized, 0, "401: Unauthorized"
+		s.countInvalid(q.ip, now)
+		return res
+	}
+
+	if !q.exempt && s.globalLimit > 0 {
+		key := counterKey{kind: kindGlobal, cred: q.cred}
+		if ok, wait := take(s.counter(key, false), now, s.limitsFor(key)); !ok {
+			res.status, res.scope, res.retry, res.avoidable = http.StatusTooManyRequests, ScopeGlobal, wait, true
+			s.countInvalid(q.ip, now)
+			return res
+		}
+	}
+
+	var c counter
+	var l limits
+	if hasBucket {
+		key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
+		c, l = s.counter(key, b.Fixed), s.limitsFor(key)
+	}
+
+	if ok, wait, retry := s.takeShared(q, now); !ok {
+		res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeShared, max(wait, retry)
+		s.announce(&res, q, b, c, l, now, back)
+		return res
+	}
+
+	if c != nil {
+		if ok, wait := c.check(now, l); !ok {
+			at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash}]
+			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
+			res.avoidable = told && !at.After(q.arrival)
+			s.countInvalid(q.ip, now)
+			s.announce(&res, q, b, c, l, now, back)
+			return res
+		}
+	}
+
+	if q.renames && s.cfg.sublimit > 0 {
+		key := counterKey{kind: kindSublimit, major: q.resource}
+		if ok, wait := take(s.counter(key, true), now, s.limitsFor(key)); !ok {
+			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
+			s.countInvalid(q.ip, now)
+			s.announce(&res, q, b, c, l, now, back)
+			return res
+		}
+	}
+
+	if c != nil {
+		c.add(now, l)
+		s.announce(&res, q, b, c, l, now, back)
+	}
+
+	if s.gone(q, &res, now) {
+		return res
+	}
+	res.status = successStatus(q, hasBucket)
+	if res.status == http.StatusOK {
+		res.id = s.snowflake(now)
+	}
+	return res
+}
+
+// authorized reports whether an Authorization value is accepted. Requests
+// without one are accepted and limited per client IP.
+func (s *Server) authorized(auth string) bool {
+	if auth == "" {
+		return true
+	}
+	t := bareToken(auth)
+	if s.invalidTokens[t] {
+		return false
+	}
+	return len(s.tokens) == 0 || s.tokens[t]
+}
+
+// takeShared counts a request against the shared limits of its resource. When
+// one is full it returns false, the time until its window frees a slot and the
+// configured retry_after.
+func (s *Server) takeShared(q *request, now time.Time) (ok bool, wait, retry time.Duration) {
+	if q.resource == "" {
+		return true, 0, 0
+	}
+	for i, sh := range s.shared {
+		if sh.Resource != q.resource || (sh.tmpl != nil && !sh.tmpl.match(q.method, q.segs)) {
+			continue
+		}
+		key := counterKey{kind: kindShared, hash: strconv.Itoa(i), major: q.resource}
+		if ok, wait := take(s.counter(key, true), now, s.limitsFor(key)); !ok {
+			return false, wait, s.scale(sh.RetryAfter)
+		}
+	}
+	return true, 0, 0
+}
+
+// announce puts a bucket's headers on a response and remembers when they
+// reach the credential, for telling avoidable 429s from unavoidable ones.
+func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits, now time.Time, back time.Duration) {
+	if c == nil {
+		return
+	}
+	st := c.state(now, l)
+	h := &bucketHeaders{hash: b.Hash, limit: b.Limit, remaining: st.remaining, resetAfter: st.resetAfter}
+	if b.Announced > 0 {
+		h.limit = b.Announced
+		h.remaining = min(h.remaining, b.Announced)
+	}
+	res.headers = h
+	key := deliveredKey{cred: q.cred, hash: b.Hash}
+	if _, ok := s.delivered[key]; !ok {
+		s.delivered[key] = now.Add(back)
+	}
+}
+
+// gone sets a 404 when the request's channel or webhook was deleted.
+func (s *Server) gone(q *request, res *result, now time.Time) bool {
+	if len(q.segs) < 2 {
+		return false
+	}
+	switch {
+	case q.segs[0] == "channels" && s.deletedChannels[q.segs[1]]:
+		res.status, res.code, res.message = http.StatusNotFound, 10003, "Unknown Channel"
+	case q.segs[0] == "webhooks" && s.deletedWebhooks[q.segs[1]]:
+		res.status, res.code, res.message = http.StatusNotFound, 10015, "Unknown Webhook"
+		s.countInvalid(q.ip, now)
+	default:
+		return false
+	}
+	return true
+}
+
+// successStatus is the status of a successful request: 204 where Discord
+// sends no content, 200 otherwise. Routes outside the table always get 200.
+func successStatus(q *request, hasBucket bool) int {
+	if !hasBucket {
+		return http.StatusOK
+	}
+	s := q.segs
+	switch {
+	case q.method == http.MethodDelete:
+		return http.StatusNoContent
+	case q.method == http.MethodPut && len(s) >= 4 && (s[len(s)-2] == "roles" || contains(s, "reactions")):
+		return http.StatusNoContent
+	case q.method == http.MethodPost && len(s) == 4 && s[0] == "interactions" && s[3] == "callback":
+		return http.StatusNoContent
+	case q.method == http.MethodPost && len(s) == 3 && s[0] == "webhooks" && !q.wait:
+		return http.StatusNoContent
+	}
+	return http.StatusOK
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// countInvalid counts an invalid request from ip and bans the IP once it has
+// more than the limit within the window.
+func (s *Server) countInvalid(ip string, now time.Time) {
+	s.stats.invalid++
+	if s.cfg.invalidLimit <= 0 {
+		return
+	}
+	key := counterKey{kind: kindInvalid, cred: ip}
+	l := s.limitsFor(key)
+	log := s.counter(key, false).(*slidingLog)
+	log.add(now, l)
+	if log.count(now, l) > l.limit {
+		s.bans[ip] = now.Add(s.scale(s.cfg.banDuration))
+		s.stats.bans++
+	}
+}
+
+// counter returns the counter for key, creating it, or replacing it when a
+// bucket switched between fixed and sliding.
+func (s *Server) counter(key counterKey, fixed bool) counter {
+	c, ok := s.counters[key]
+	if ok && key.kind == kindBucket {
+		_, isFixed := c.(*fixedWindow)
+		ok = isFixed == fixed
+	}
+	if ok {
+		return c
+	}
+	switch {
+	case key.kind == kindGlobal || key.kind == kindInvalid:
+		c = &slidingLog{}
+	case fixed:
+		c = &fixedWindow{}
+	default:
+		c = &slidingWindow{}
+	}
+	s.counters[key] = c
+	return c
+}
+
+// limitsFor returns the current, scaled limits of a counter.
+func (s *Server) limitsFor(key counterKey) limits {
+	switch key.kind {
+	case kindBucket:
+		b := s.buckets[key.hash]
+		return limits{limit: b.Limit, window: s.scale(b.Window)}
+	case kindGlobal:
+		return limits{limit: s.globalLimit, window: s.scale(time.Second)}
+	case kindShared:
+		i, _ := strconv.Atoi(key.hash)
+		sh := s.shared[i]
+		return limits{limit: sh.Limit, window: s.scale(sh.Window)}
+	case kindSublimit:
+		return limits{limit: s.cfg.sublimit, window: s.scale(s.cfg.sublimitWindow)}
+	default:
+		return limits{limit: s.cfg.invalidLimit, window: s.scale(s.cfg.invalidWindow)}
+	}
+}
+
+// sweep drops, every sweepEvery, the counters that have fully reset, ended
+// bans, and what clients were told about buckets they no longer have a counter
+// for, so memory stays bounded by recent traffic.
+func (s *Server) sweep(now time.Time) {
+	if now.Sub(s.lastSweep) < sweepEvery {
+		return
+	}
+	s.lastSweep = now
+	live := make(map[deliveredKey]bool)
+	for key, c := range s.counters {
+		if c.idle(now, s.limitsFor(key)) {
+			delete(s.counters, key)
+			continue
+		}
+		if key.kind == kindBucket {
+			live[deliveredKey{cred: key.cred, hash: key.hash}] = true
+		}
+	}
+	for key := range s.delivered {
+		if !live[key] {
+			delete(s.delivered, key)
+		}
+	}
+	for ip, until := range s.bans {
+		if !now.Before(until) {
+			delete(s.bans, ip)
+		}
+	}
+}
+
+// snowflake returns a new snowflake for an object created at now.
+func (s *Server) snowflake(now time.Time) string {
+	s.seq++
+	ms := max(now.UnixMilli()-discordEpoch, 0)
+	return strconv.FormatInt(ms<<22|(1<<17)|(s.seq&0xfff), 10)
+}

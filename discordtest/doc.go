@@ -1,0 +1,57 @@
+// Package discordtest emulates Discord's REST rate limits, in the style of
+// [net/http/httptest]: [NewServer] starts an HTTP server on a loopback port
+// that answers like Discord's API as far as rate limiting goes, so a client,
+// a bot or a benchmark can be tested against it without touching Discord.
+//
+//	srv := discordtest.NewServer(discordtest.WithTimeScale(0.1))
+//	defer srv.Close()
+//	base := srv.URL() + "/api/v10" // point the bot's API base URL here
+//
+// The emulator implements what a client must get right:
+//
+//   - A bucket table maps route templates such as
+//     "POST /channels/{channel_id}/messages" to bucket hashes, and hashes to a
+//     limit and a window, fixed or sliding. Counters are kept per credential
+//     (the Authorization header, or the client IP without one), bucket hash
+//     and major parameter (channels/{id}, guilds/{id}, webhooks/{id}[/{token}],
+//     interactions/{id}/{token}). Routes outside the table answer 200 without
+//     rate-limit headers. See [DefaultBuckets], [DefaultRoutes],
+//     [WithBuckets] and [WithRoutes].
+//   - The global limit, 50 requests in any one second per credential by
+//     default, with interaction callbacks and interaction webhooks exempt.
+//   - The headers exactly as Discord sends them: X-RateLimit-Limit,
+//     -Remaining, -Reset, -Reset-After and -Bucket on every response of a
+//     route in the table, Date and Via on every response but a ban; on a 429
+//     a JSON body with retry_after in seconds, Retry-After rounded up to whole
+//     seconds, X-RateLimit-Scope and, for global ones, X-RateLimit-Global
+//     (and then no bucket headers). Durations are rounded up to the
+//     millisecond. The milliseconds of API versions before v8 are not
+//     emulated: every prefix gets seconds.
+//   - What headers do not say: the hidden sublimit on renaming a channel
+//     ([WithHiddenSublimit]), busy resources answering 429 with scope shared
+//     ([WithSharedLimit]), an X-RateLimit-Limit that understates the real
+//     limit ([Bucket].Announced) and a server clock that disagrees with the
+//     client's ([WithClockSkew]).
+//   - Invalid requests (401, 403, 429 except scope shared, 404 from a
+//     webhook) counted per client IP, and a Cloudflare ban above the
+//     threshold: 429 with an HTML body ("error code: 1015"), no rate-limit
+//     headers, no Via and no Retry-After ([WithInvalidRequestLimit],
+//     [WithBanDuration]).
+//   - 401 for unknown tokens ([WithTokens], [WithInvalidTokens]) and 404 for
+//     deleted channels and webhooks ([WithDeletedChannels],
+//     [Server.DeleteChannel]).
+//
+// A scenario can change while it runs: [Server.SetBucket] changes a bucket's
+// limit or window, [Server.MoveRoute] moves a route to another bucket.
+// [WithLatency] adds network latency and [WithTimeScale] runs every window
+// faster or slower; headers then report real seconds, so a client needs no
+// change to run in fast-forward.
+//
+// [Server.Stats] reports what happened: requests by status, 429s by scope,
+// 429s a correct client would have avoided kept apart from those it could
+// not, bans, successes per bucket, and a log of recent requests with tokens
+// redacted.
+//
+// The emulator listens only on loopback addresses. Its memory is bounded: a
+// counter that has fully reset is dropped.
+package discordtest

@@ -1,0 +1,170 @@
+package discordtest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeClock is a clock that moves only when told.
+type fakeClock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// startTime is the fake clock's start: 2023-11-14 22:13:20 UTC.
+func startTime() time.Time { return time.Unix(1700000000, 0) }
+
+// harness is an emulator with its own client.
+type harness struct {
+	t      *testing.T
+	srv    *Server
+	clock  *fakeClock // nil on the real clock
+	client *http.Client
+}
+
+// newHarness starts an emulator on a fake clock.
+func newHarness(t *testing.T, opts ...Option) *harness {
+	t.Helper()
+	clk := &fakeClock{t: startTime()}
+	h := startHarness(t, append([]Option{withClock(clk.Now)}, opts...))
+	h.clock = clk
+	return h
+}
+
+// newRealHarness starts an emulator on the real clock.
+func newRealHarness(t *testing.T, opts ...Option) *harness {
+	t.Helper()
+	return startHarness(t, opts)
+}
+
+func startHarness(t *testing.T, opts []Option) *harness {
+	t.Helper()
+	srv, err := Start(opts...)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &harness{t: t, srv: srv, client: &http.Client{Transport: tr}}
+}
+
+// reply is a response read in full.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one request; auth "" sends no Authorization header.
+func (h *harness) do(method, path, auth, body string) *reply {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(h.t.Context(), method, h.srv.URL()+path, rd)
+	if err != nil {
+		h.t.Fatalf("NewRequest: %v", err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	return &reply{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// serve answers one request directly through ServeHTTP, from remoteAddr.
+func serve(s *Server, method, path, auth, remoteAddr string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.RemoteAddr = remoteAddr
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	return rec
+}
+
+// want checks the status and headers of a reply; a want value of "" means the
+// header must be absent.
+func (r *reply) want(t *testing.T, status int, headers ...string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d; want %d (body %s)", r.status, status, r.body)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		name, want := headers[i], headers[i+1]
+		got, ok := r.header[http.CanonicalHeaderKey(name)]
+		switch {
+		case want == "" && ok:
+			t.Errorf("header %s = %q; want it absent", name, got)
+		case want != "" && r.header.Get(name) != want:
+			t.Errorf("header %s = %q; want %q", name, r.header.Get(name), want)
+		}
+	}
+}
+
+// rateLimitBody decodes a 429 body.
+func (r *reply) rateLimitBody(t *testing.T) (retryAfter float64, global bool, raw string) {
+	t.Helper()
+	var b struct {
+		Message    string   `json:"message"`
+		RetryAfter *float64 `json:"retry_after"`
+		Global     *bool    `json:"global"`
+	}
+	if err := json.Unmarshal(r.body, &b); err != nil {
+		t.Fatalf("429 body %s: %v", r.body, err)
+	}
+	if b.Message != "You are being rate limited." || b.RetryAfter == nil || b.Global == nil {
+		t.Fatalf("429 body = %s; want message, retry_after and global", r.body)
+	}
+	return *b.RetryAfter, *b.Global, string(r.body)
+}
+
+// noBucketHeaders lists the bucket headers as absent, for want.
+func noBucketHeaders() []string {
+	var hs []string
+	for _, h := range []string{
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+		"X-RateLimit-Reset-After", "X-RateLimit-Bucket",
+	} {
+		hs = append(hs, h, "")
+	}
+	return hs
+}

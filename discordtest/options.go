@@ -1,0 +1,211 @@
+package discordtest
+
+import (
+	"time"
+)
+
+// Option configures a [Server] at construction. Options are applied in order
+// after the defaults; a nil Option is ignored.
+type Option interface {
+	apply(*config)
+}
+
+// optionFunc adapts a function to an Option.
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// SharedLimit makes a resource busy for everyone: requests to it, from every
+// credential together, are limited to Limit per Window, and the excess gets a
+// 429 with X-RateLimit-Scope: shared. Shared 429s do not count as invalid
+// requests and are never avoidable.
+type SharedLimit struct {
+	// Route is a route template as in [Route]; empty matches every route on
+	// Resource.
+	Route string
+	// Resource is the top-level resource, such as "channels/123",
+	// "guilds/456" or "webhooks/789" (without a webhook token).
+	Resource string
+	// Limit is the number of requests allowed per Window; it must be positive.
+	Limit int
+	// Window is the length of the fixed window before the time scale.
+	Window time.Duration
+	// RetryAfter, when longer than the time left in the window, is sent as
+	// retry_after instead; Discord's shared retry_after is often far longer
+	// than the bucket's reset. It is multiplied by the time scale.
+	RetryAfter time.Duration
+}
+
+// config is everything NewServer is told, before it is checked.
+type config struct {
+	addr           string
+	noDefaults     bool
+	buckets        []Bucket
+	routes         []Route
+	globalLimit    int
+	timeScale      float64
+	latency        time.Duration
+	jitter         time.Duration
+	skew           time.Duration
+	tokens         []string
+	invalidTokens  []string
+	deletedChan    []string
+	deletedHook    []string
+	sublimit       int
+	sublimitWindow time.Duration
+	shared         []SharedLimit
+	invalidLimit   int
+	invalidWindow  time.Duration
+	banDuration    time.Duration
+	logLimit       int
+	now            func() time.Time
+}
+
+// defaultConfig returns the defaults: Discord's documented numbers.
+func defaultConfig() config {
+	return config{
+		addr:           "127.0.0.1:0",
+		globalLimit:    50,
+		timeScale:      1,
+		sublimit:       2,
+		sublimitWindow: 10 * time.Minute,
+		invalidLimit:   10000,
+		invalidWindow:  10 * time.Minute,
+		banDuration:    time.Hour,
+		logLimit:       10000,
+		now:            time.Now,
+	}
+}
+
+// WithAddr sets the address to listen on, such as "127.0.0.1:8089". Only
+// loopback addresses ("127.0.0.1", "::1", "localhost") are accepted. The
+// default is "127.0.0.1:0", a free port.
+func WithAddr(addr string) Option {
+	return optionFunc(func(c *config) { c.addr = addr })
+}
+
+// WithoutDefaultTable starts from an empty bucket table instead of
+// [DefaultBuckets] and [DefaultRoutes], wherever it appears among the options.
+// Every route then answers 200 without rate-limit headers unless
+// [WithBuckets] and [WithRoutes] add some.
+func WithoutDefaultTable() Option {
+	return optionFunc(func(c *config) { c.noDefaults = true })
+}
+
+// WithBuckets adds buckets to the table, replacing those with the same hash.
+func WithBuckets(buckets ...Bucket) Option {
+	return optionFunc(func(c *config) { c.buckets = append(c.buckets, buckets...) })
+}
+
+// WithRoutes adds routes to the table, replacing those with the same
+// template (placeholder names do not matter). Every route's bucket hash must
+// be in the table.
+func WithRoutes(routes ...Route) Option {
+	return optionFunc(func(c *config) { c.routes = append(c.routes, routes...) })
+}
+
+// WithGlobalLimit sets the global limit: requests in any one second per
+// credential (per client IP for requests without Authorization), counted as
+// they arrive whatever their route's answer. Requests refused by the global
+// limit itself, refused tokens and the exempt interaction routes do not
+// count. Zero or less disables it. The default is 50.
+func WithGlobalLimit(perSecond int) Option {
+	return optionFunc(func(c *config) { c.globalLimit = perSecond })
+}
+
+// WithTimeScale multiplies every configured window and duration (bucket
+// windows, the global second, the hidden sublimit and shared windows,
+// invalid-request window, ban and latency) by scale, so 0.1 makes a 5 s window
+// last 0.5 s. Headers then report the scaled, real seconds, so a client in
+// real time behaves correctly. Zero or less is ignored; the default is 1.
+// The clock skew of [WithClockSkew] is not scaled.
+func WithTimeScale(scale float64) Option {
+	return optionFunc(func(c *config) {
+		if scale > 0 {
+			c.timeScale = scale
+		}
+	})
+}
+
+// WithLatency adds fixed plus a uniformly random share of jitter to every
+// response. The total is drawn when the request arrives; the first half is
+// spent before the rate-limit decision (the request travelling to Discord)
+// and the rest after it (the response travelling back). Negative values count
+// as zero.
+func WithLatency(fixed, jitter time.Duration) Option {
+	return optionFunc(func(c *config) { c.latency, c.jitter = max(0, fixed), max(0, jitter) })
+}
+
+// WithClockSkew adds offset to the emulator's clock as seen in
+// X-RateLimit-Reset and Date, to emulate a server clock that disagrees with
+// the client's. X-RateLimit-Reset-After and retry_after are not affected.
+func WithClockSkew(offset time.Duration) Option {
+	return optionFunc(func(c *config) { c.skew = offset })
+}
+
+// WithTokens registers valid tokens. A token may be given with or without its
+// "Bot " or "Bearer " prefix. When no valid token is registered, every token
+// not registered by [WithInvalidTokens] is accepted; otherwise other tokens
+// get 401.
+func WithTokens(tokens ...string) Option {
+	return optionFunc(func(c *config) { c.tokens = append(c.tokens, tokens...) })
+}
+
+// WithInvalidTokens registers tokens that always get 401.
+func WithInvalidTokens(tokens ...string) Option {
+	return optionFunc(func(c *config) { c.invalidTokens = append(c.invalidTokens, tokens...) })
+}
+
+// WithDeletedChannels marks channels as deleted: requests on them get 404
+// with Discord's "Unknown Channel" (code 10003).
+func WithDeletedChannels(ids ...string) Option {
+	return optionFunc(func(c *config) { c.deletedChan = append(c.deletedChan, ids...) })
+}
+
+// WithDeletedWebhooks marks webhooks as deleted: requests on them get 404
+// with Discord's "Unknown Webhook" (code 10015). Like Discord, these 404s
+// count as invalid requests.
+func WithDeletedWebhooks(ids ...string) Option {
+	return optionFunc(func(c *config) { c.deletedHook = append(c.deletedHook, ids...) })
+}
+
+// WithHiddenSublimit sets the hidden sublimit of PATCH /channels/{id} with a
+// name or topic in its JSON body: limit per window per channel, announced by
+// no header. Exceeding it gives a 429 with scope user. Zero or less disables
+// it. The default is 2 per 10 minutes.
+func WithHiddenSublimit(limit int, window time.Duration) Option {
+	return optionFunc(func(c *config) { c.sublimit, c.sublimitWindow = limit, window })
+}
+
+// WithSharedLimit adds a busy resource; see [SharedLimit].
+func WithSharedLimit(l SharedLimit) Option {
+	return optionFunc(func(c *config) { c.shared = append(c.shared, l) })
+}
+
+// WithInvalidRequestLimit sets how many invalid requests (401, 403, 429
+// except scope shared, and 404 from a webhook) one client IP may get within a
+// sliding window before it is banned. Zero or less disables banning. The
+// default is 10,000 per 10 minutes.
+func WithInvalidRequestLimit(limit int, window time.Duration) Option {
+	return optionFunc(func(c *config) { c.invalidLimit, c.invalidWindow = limit, window })
+}
+
+// WithBanDuration sets how long a ban lasts. The default is one hour.
+func WithBanDuration(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.banDuration = d })
+}
+
+// WithLogLimit sets how many of the most recent requests [Server.Stats]
+// keeps in its log. Zero or less keeps none. The default is 10,000.
+func WithLogLimit(n int) Option {
+	return optionFunc(func(c *config) { c.logLimit = n })
+}
+
+// withClock replaces the clock, for deterministic tests.
+func withClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	})
+}

@@ -1,0 +1,386 @@
+package discordtest
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	mathrand "math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrUnknownBucket is returned by [Server.MoveRoute] for a bucket hash that is
+// not in the table.
+var ErrUnknownBucket = errors.New("discordtest: unknown bucket hash")
+
+// errNotLoopback is wrapped when an address is not a loopback address.
+var errNotLoopback = errors.New("discordtest: only loopback addresses are allowed")
+
+// shutdownTimeout bounds how long Close waits for requests in flight.
+const shutdownTimeout = 5 * time.Second
+
+// Server is a running emulator of Discord's REST rate limits. Send requests to
+// URL() + "/api/v10/..."; the /api and /api/vN prefixes are optional.
+//
+// Server is an [http.Handler] too, so it can be mounted elsewhere; the
+// listener it starts is then simply unused. All methods are safe for
+// concurrent use, also while requests are being served.
+type Server struct {
+	// mu guards the tables (buckets, routes, globalLimit, tokens, deleted
+	// resources), the counters, delivered, bans, the snowflake sequence,
+	// lastSweep and stats.
+	mu              sync.Mutex
+	buckets         map[string]Bucket
+	routes          []route
+	globalLimit     int
+	tokens          map[string]bool // valid tokens without their Bot/Bearer prefix
+	invalidTokens   map[string]bool // tokens that always get 401
+	deletedChannels map[string]bool
+	deletedWebhooks map[string]bool
+	counters        map[counterKey]counter
+	delivered       map[deliveredKey]time.Time // when a bucket's headers first reached a credential
+	bans            map[string]time.Time       // client IP -> end of its ban
+	seq             int64                      // snowflake sequence
+	lastSweep       time.Time
+	stats           statsState
+
+	// Fixed after construction.
+	cfg       config
+	shared    []sharedLimit
+	now       func() time.Time
+	credKey   []byte // HMAC key for credential IDs
+	url       string
+	http      *http.Server
+	done      chan struct{} // closed by Close
+	serveDone chan struct{} // closed when the serving goroutine exits
+	closeOnce sync.Once
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// NewServer starts an emulator on a loopback port, by default a free port of
+// 127.0.0.1, like [net/http/httptest.NewServer]. It panics when an option is
+// invalid or the address cannot be listened on; use [Start] to get an error
+// instead. Call [Server.Close] when done.
+func NewServer(opts ...Option) *Server {
+	s, err := Start(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start is like [NewServer] but returns an error instead of panicking.
+func Start(opts ...Option) (*Server, error) {
+	s, err := newServer(opts)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := loopbackAddr(s.cfg.addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("discordtest: %w", err)
+	}
+	s.url = "http://" + ln.Addr().String()
+	s.http = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+	}
+	go func() {
+		defer close(s.serveDone)
+		_ = s.http.Serve(ln) // returns http.ErrServerClosed after Close
+	}()
+	return s, nil
+}
+
+// newServer builds a server from options without listening.
+func newServer(opts []Option) (*Server, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	var buckets []Bucket
+	var routes []Route
+	if !cfg.noDefaults {
+		buckets, routes = DefaultBuckets(), DefaultRoutes()
+	}
+	bm, rs, err := buildTable(append(buckets, cfg.buckets...), append(routes, cfg.routes...))
+	if err != nil {
+		return nil, fmt.Errorf("discordtest: %w", err)
+	}
+	shared := make([]sharedLimit, 0, len(cfg.shared))
+	for _, sh := range cfg.shared {
+		if sh.Limit <= 0 || sh.Window <= 0 || sh.Resource == "" {
+			return nil, fmt.Errorf("discordtest: shared limit on %q: need a resource, a positive limit and window", sh.Resource)
+		}
+		l := sharedLimit{SharedLimit: sh}
+		if sh.Route != "" {
+			t, err := parseTemplate(sh.Route)
+			if err != nil {
+				return nil, fmt.Errorf("discordtest: shared limit: %w", err)
+			}
+			l.tmpl = &t
+		}
+		shared = append(shared, l)
+	}
+	if cfg.sublimit > 0 && cfg.sublimitWindow <= 0 {
+		return nil, errors.New("discordtest: hidden sublimit window must be positive")
+	}
+	if cfg.invalidLimit > 0 && cfg.invalidWindow <= 0 {
+		return nil, errors.New("discordtest: invalid-request window must be positive")
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails
+	s := &Server{
+		buckets:         bm,
+		routes:          rs,
+		globalLimit:     cfg.globalLimit,
+		tokens:          tokenSet(cfg.tokens),
+		invalidTokens:   tokenSet(cfg.invalidTokens),
+		deletedChannels: idSet(cfg.deletedChan),
+		deletedWebhooks: idSet(cfg.deletedHook),
+		counters:        make(map[counterKey]counter),
+		delivered:       make(map[deliveredKey]time.Time),
+		bans:            make(map[string]time.Time),
+		cfg:             cfg,
+		shared:          shared,
+		now:             cfg.now,
+		credKey:         key,
+		done:            make(chan struct{}),
+		serveDone:       make(chan struct{}),
+	}
+	s.lastSweep = s.now()
+	s.stats.reset()
+	return s, nil
+}
+
+// sharedLimit is a SharedLimit with its route template parsed.
+type sharedLimit struct {
+	SharedLimit
+	tmpl *template // nil matches every route
+}
+
+// loopbackAddr checks that addr is a loopback address and returns it with
+// "localhost" resolved to 127.0.0.1.
+func loopbackAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("discordtest: address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return net.JoinHostPort("127.0.0.1", port), nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("%w: %q", errNotLoopback, addr)
+	}
+	return addr, nil
+}
+
+func tokenSet(tokens []string) map[string]bool {
+	m := make(map[string]bool, len(tokens))
+	for _, t := range tokens {
+		m[bareToken(t)] = true
+	}
+	return m
+}
+
+func idSet(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// bareToken strips the "Bot " or "Bearer " prefix of an Authorization value.
+func bareToken(auth string) string {
+	for _, p := range []string{"Bot ", "Bearer "} {
+		if len(auth) > len(p) && strings.EqualFold(auth[:len(p)], p) {
+			return auth[len(p):]
+		}
+	}
+	return auth
+}
+
+// URL returns the base URL of the emulator, such as "http://127.0.0.1:38211",
+// without a trailing slash. Clients append "/api/v10/...". It is empty when
+// the server was never started.
+func (s *Server) URL() string { return s.url }
+
+// Close stops the emulator: it cuts injected latency short, waits up to five
+// seconds for requests in flight, closes every connection and waits for the
+// serving goroutine to exit. Close is idempotent; calls after the first do
+// nothing. Stats remain readable after Close.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		if s.http == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := s.http.Shutdown(ctx); err != nil {
+			_ = s.http.Close()
+		}
+		<-s.serveDone
+	})
+}
+
+// CredentialID returns the short keyed hash that identifies the credential
+// of an Authorization header value in [LogEntry]. The key is random per
+// server, so IDs reveal nothing about the token and differ between servers.
+func (s *Server) CredentialID(authorization string) string {
+	m := hmac.New(sha256.New, s.credKey)
+	m.Write([]byte(authorization))
+	return "cred:" + hex.EncodeToString(m.Sum(nil)[:6])
+}
+
+// credentialID identifies a request's credential in stats and logs.
+func (s *Server) credentialID(q *request) string {
+	if q.auth == "" {
+		return "ip:" + q.ip
+	}
+	return s.CredentialID(q.auth)
+}
+
+// ServeHTTP answers one request as Discord would. The request path reads top
+// to bottom: draw the latency, travel there, key the request, decide under
+// the lock, travel back, write the response.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrival := s.now()
+	there, back := s.drawLatency()
+	if !s.sleep(r.Context(), there) {
+		return
+	}
+	q := readRequest(r, arrival)
+	res := s.decide(q, back)
+	if !s.sleep(r.Context(), back) {
+		return
+	}
+	s.respond(w, q, res)
+}
+
+// drawLatency draws the latency of one request and splits it in two halves.
+func (s *Server) drawLatency() (there, back time.Duration) {
+	total := s.cfg.latency
+	if s.cfg.jitter > 0 {
+		total += time.Duration(mathrand.Int64N(int64(s.cfg.jitter) + 1))
+	}
+	total = s.scale(total)
+	return total / 2, total - total/2
+}
+
+// sleep waits for d. It returns false when the client went away, and stops
+// waiting early, returning true, when the server is closing.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// scale applies the time scale to a configured duration.
+func (s *Server) scale(d time.Duration) time.Duration {
+	if s.cfg.timeScale == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * s.cfg.timeScale)
+}
+
+// SetBucket adds a bucket or replaces the one with the same hash, taking
+// effect for the next request. Existing counters keep what they have counted
+// and are judged against the new limit and window; switching between fixed and
+// sliding starts the bucket's counters afresh.
+func (s *Server) SetBucket(b Bucket) error {
+	if err := validateBucket(b); err != nil {
+		return fmt.Errorf("discordtest: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buckets[b.Hash] = b
+	// Clients learn the new limit from the next responses; until one
+	// reaches them, a 429 on this bucket could not have been avoided.
+	for k := range s.delivered {
+		if k.hash == b.Hash {
+			delete(s.delivered, k)
+		}
+	}
+	return nil
+}
+
+// MoveRoute maps a route template to another bucket hash, or adds the route,
+// taking effect for the next request. The route's requests then count on the
+// counters of the new hash. It returns an error wrapping [ErrUnknownBucket]
+// when hash is not in the table.
+func (s *Server) MoveRoute(template, hash string) error {
+	t, err := parseTemplate(template)
+	if err != nil {
+		return fmt.Errorf("discordtest: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.buckets[hash]; !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownBucket, hash)
+	}
+	s.routes = setRoute(s.routes, route{tmpl: t, hash: hash})
+	return nil
+}
+
+// SetGlobalLimit changes the global limit, in requests per second per
+// credential; zero or less disables it.
+func (s *Server) SetGlobalLimit(perSecond int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.globalLimit = perSecond
+}
+
+// DeleteChannel marks a channel as deleted: from the next request on, requests
+// on it get 404 "Unknown Channel".
+func (s *Server) DeleteChannel(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deletedChannels[id] = true
+}
+
+// DeleteWebhook marks a webhook as deleted: from the next request on,
+// requests on it get 404 "Unknown Webhook".
+func (s *Server) DeleteWebhook(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deletedWebhooks[id] = true
+}
+
+// ResetLimits forgets every counter, ban and what clients have been told, as
+// if the emulator had just started; the tables and the stats are kept.
+func (s *Server) ResetLimits() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.counters)
+	clear(s.delivered)
+	clear(s.bans)
+}

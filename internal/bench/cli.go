@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratecord/ratecord"
+)
+
+// Ratecord is the contender: a ratecord Transport over the base transport,
+// with its invalid-request guard at half the emulator's ban threshold.
+func Ratecord() Limiter {
+	return Limiter{Name: "ratecord", New: func(base http.RoundTripper) Client {
+		tr := ratecord.NewTransport(base, ratecord.WithInvalidRequestBudget(invalidLimit/2))
+		return HTTPClient{C: &http.Client{Transport: tr}, Close_: tr.Close}
+	}}
+}
+
+// Main is the "bench" command: it parses args, runs the suite with the
+// given limiters and prints the table (or JSON). With -check it fails when
+// a ratecord row shows an avoidable 429, a ban, or a request that returned
+// more than 5 ms after its deadline.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter")
+		scenario  = fs.String("scenario", "all", "comma-separated scenarios to run, or all")
+		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store)")
+		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
+		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
+		check     = fs.Bool("check", false, "exit non-zero on an avoidable 429, a ban or a late deadline for ratecord")
+		worker    = fs.Bool("worker", false, "internal: run as a worker process")
+		url       = fs.String("url", "", "internal: emulator URL for a worker")
+		part      = fs.Int("part", 0, "internal: this worker's part")
+		parts     = fs.Int("parts", 1, "internal: number of parts")
+		limiterNm = fs.String("limiter", "", "internal: the worker's limiter")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios: %s\n\nFlags:\n", strings.Join(names(Scenarios()), ", "))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	all := append([]Limiter{Ratecord(), NoLimiter()}, limiters...)
+	scs, err := pick(Scenarios(), *scenario)
+	if err != nil {
+		return err
+	}
+	if *worker {
+		lim, ok := findLimiter(all, *limiterNm)
+		if !ok || len(scs) != 1 {
+			return fmt.Errorf("worker: unknown limiter %q or scenario %q", *limiterNm, *scenario)
+		}
+		return RunWorker(ctx, scs[0], lim, *url, *part, *parts, *duration, stdout)
+	}
+	lims := all
+	if *only != "" {
+		lims = nil
+		for _, n := range strings.Split(*only, ",") {
+			l, ok := findLimiter(all, strings.TrimSpace(n))
+			if !ok {
+				return fmt.Errorf("unknown limiter %q", n)
+			}
+			lims = append(lims, l)
+		}
+	}
+	opts := Options{Duration: *duration, Procs: *procs, Progress: stderr}
+	if *procs > 1 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		// The worker re-runs this program; its first argument is whatever
+		// selects the bench command ("bench" for cmd/ratecord).
+		prefix := benchPrefix(args)
+		opts.Spawn = func(ctx context.Context, sc, lim, url string, part, parts int, d time.Duration) ([]time.Duration, error) {
+			cmdArgs := append(append([]string{}, prefix...), "-worker", "-scenario", sc, "-limiter", lim, "-url", url,
+				"-part", strconv.Itoa(part), "-parts", strconv.Itoa(parts), "-duration", d.String())
+			cmd := exec.CommandContext(ctx, exe, cmdArgs...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, stderr
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("worker %d: %w", part, err)
+			}
+			var over []time.Duration
+			if err := json.Unmarshal(out.Bytes(), &over); err != nil {
+				return nil, fmt.Errorf("worker %d output: %w", part, err)
+			}
+			return over, nil
+		}
+	}
+	start := time.Now()
+	rs, err := Run(ctx, scs, lims, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sanitize(rs)); err != nil {
+			return err
+		}
+	} else {
+		PrintTable(stdout, rs)
+		fmt.Fprintf(stdout, "\n%d runs in %.1fs; utilization = successful requests / the most the emulator's limits allow in the same time.\n", len(rs), time.Since(start).Seconds())
+	}
+	if *check {
+		return Check(rs)
+	}
+	return nil
+}
+
+// Check reports the goals ratecord rows miss: an avoidable 429, a ban, or a
+// deadline request that returned more than 5 ms late.
+func Check(rs []Result) error {
+	var errs []error
+	for _, r := range rs {
+		if r.Limiter != "ratecord" {
+			continue
+		}
+		if r.Avoidable > 0 {
+			errs = append(errs, fmt.Errorf("%s: %d avoidable 429s", r.Scenario, r.Avoidable))
+		}
+		if r.Bans > 0 || r.Banned > 0 {
+			errs = append(errs, fmt.Errorf("%s: banned", r.Scenario))
+		}
+		if r.OverN > 0 && r.OverMax > 5 {
+			errs = append(errs, fmt.Errorf("%s: a request returned %.1f ms after its deadline", r.Scenario, r.OverMax))
+		}
+		if r.Scenario == "deadline" && r.User+r.Global > 0 {
+			errs = append(errs, fmt.Errorf("%s: %d 429s", r.Scenario, r.User+r.Global))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// benchPrefix returns the arguments before the bench flags for a worker:
+// nothing when the program is the bench itself, "bench" for cmd/ratecord.
+func benchPrefix(args []string) []string {
+	if len(os.Args) > len(args) && os.Args[len(os.Args)-len(args)-1] == "bench" {
+		return []string{"bench"}
+	}
+	return nil
+}
+
+func sanitize(rs []Result) []Result {
+	out := append([]Result(nil), rs...)
+	for i := range out {
+		for _, f := range []*float64{&out[i].LateP50, &out[i].LateP99, &out[i].OverP50, &out[i].OverP99, &out[i].OverMax} {
+			if math.IsNaN(*f) {
+				*f = 0
+			}
+		}
+	}
+	return out
+}
+
+func names(scs []Scenario) []string {
+	var n []string
+	for _, s := range scs {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+func pick(scs []Scenario, list string) ([]Scenario, error) {
+	if list == "" || list == "all" {
+		return scs, nil
+	}
+	var out []Scenario
+	for _, n := range strings.Split(list, ",") {
+		found := false
+		for _, s := range scs {
+			if s.Name == strings.TrimSpace(n) {
+				out = append(out, s)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", n, strings.Join(names(scs), ", "))
+		}
+	}
+	return out, nil
+}
+
+func findLimiter(ls []Limiter, name string) (Limiter, bool) {
+	for _, l := range ls {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Limiter{}, false
+}

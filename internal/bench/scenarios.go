@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/ratecord/ratecord/discordtest"
+)
+
+// Bot is the Authorization header of the benchmark's bot; BadBot is one the
+// emulator does not know.
+const (
+	Bot    = "Bot bench-good-token"
+	BadBot = "Bot bench-revoked-token"
+)
+
+// Emulator limits shared by the scenarios. Windows are short so that a run
+// of a few seconds spans many of them.
+const (
+	globalPerSecond = 50
+	latency         = time.Millisecond
+	jitter          = time.Millisecond
+	invalidLimit    = 500 // per invalidWindow, then a ban
+	invalidWindow   = time.Minute
+)
+
+func base(extra ...discordtest.Option) []discordtest.Option {
+	return append([]discordtest.Option{
+		discordtest.WithoutDefaultTable(),
+		discordtest.WithGlobalLimit(globalPerSecond),
+		discordtest.WithLatency(latency, jitter),
+		discordtest.WithTokens(Bot),
+		discordtest.WithInvalidRequestLimit(invalidLimit, invalidWindow),
+		discordtest.WithBanDuration(time.Minute),
+	}, extra...)
+}
+
+func bucket(hash string, limit int, window time.Duration, fixed bool, templates ...string) []discordtest.Option {
+	opts := []discordtest.Option{discordtest.WithBuckets(discordtest.Bucket{Hash: hash, Limit: limit, Window: window, Fixed: fixed})}
+	for _, t := range templates {
+		opts = append(opts, discordtest.WithRoutes(discordtest.Route{Template: t, Bucket: hash}))
+	}
+	return opts
+}
+
+func send(ctx context.Context, env *Env, method, path, auth, body string) (int, error) {
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	st, err := env.Client.Do(ctx, method, env.API+path, auth, b)
+	if err != nil && ctx.Err() == nil {
+		env.rec.mu.Lock()
+		env.rec.errors++
+		env.rec.mu.Unlock()
+		// A limiter that gives up returns at once: do not spin.
+		sleep(ctx, 10*time.Millisecond)
+	}
+	return st, err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// windows is how many windows of length w start within d.
+func windows(d, w time.Duration) float64 { return math.Ceil(float64(d) / float64(w)) }
+
+// sliding is the most a leaky bucket of limit per w admits in d: a full
+// burst, then the drain.
+func sliding(limit int, w, d time.Duration) float64 {
+	return float64(limit) + math.Floor(float64(limit)*float64(d)/float64(w))
+}
+
+func onBucket(hash string) func(discordtest.LogEntry) bool {
+	return func(e discordtest.LogEntry) bool { return e.Bucket == hash }
+}
+
+// Scenarios returns the default suite.
+func Scenarios() []Scenario {
+	const (
+		satLimit, satWindow = 20, 500 * time.Millisecond
+		fanChannels         = 200
+	)
+	return []Scenario{
+		{
+			Name:     "saturate",
+			Emulator: base(bucket("sat", satLimit, satWindow, true, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 50, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", "/channels/100/messages", Bot, `{"content":"hi"}`)
+				})
+			},
+			Max:     func(d time.Duration) float64 { return satLimit * windows(d, satWindow) },
+			Counted: onBucket("sat"),
+			Late:    fixedLate(satLimit, satWindow),
+		},
+		{
+			Name:     "saturate-sliding",
+			Emulator: base(bucket("sats", satLimit, satWindow, false, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 50, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", "/channels/100/messages", Bot, `{"content":"hi"}`)
+				})
+			},
+			Max:     func(d time.Duration) float64 { return sliding(satLimit, satWindow, d) },
+			Counted: onBucket("sats"),
+		},
+		{
+			Name:     "fan-out",
+			Emulator: base(bucket("fan", 5, time.Second, false, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 100, func(ctx context.Context, g int) {
+					for i := 0; ctx.Err() == nil; i++ {
+						ch := 1000 + (g+i*100)%fanChannels
+						send(ctx, env, "POST", fmt.Sprintf("/channels/%d/messages", ch), Bot, `{"content":"hi"}`)
+					}
+				})
+			},
+			Max:  func(d time.Duration) float64 { return globalPerSecond * windows(d, time.Second) },
+			Late: globalLate(globalPerSecond, time.Second),
+		},
+		{
+			Name: "shared-hash",
+			Emulator: base(bucket("pair", 10, satWindow, true,
+				"POST /channels/{channel_id}/messages", "PUT /channels/{channel_id}/pins/{message_id}")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 20, func(ctx context.Context, g int) {
+					if g%2 == 0 {
+						send(ctx, env, "POST", "/channels/200/messages", Bot, `{"content":"hi"}`)
+					} else {
+						send(ctx, env, "PUT", "/channels/200/pins/300", Bot, "")
+					}
+				})
+			},
+			Max:     func(d time.Duration) float64 { return 10 * windows(d, satWindow) },
+			Counted: onBucket("pair"),
+			Late:    fixedLate(10, satWindow),
+		},
+		{
+			Name: "sublimit",
+			Emulator: base(append(bucket("chan", 10, satWindow, true, "PATCH /channels/{channel_id}"),
+				discordtest.WithHiddenSublimit(2, time.Second))...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 4, func(ctx context.Context, g int) {
+					send(ctx, env, "PATCH", "/channels/400", Bot, `{"name":"renamed"}`)
+				})
+			},
+			Max:     func(d time.Duration) float64 { return 2 * windows(d, time.Second) },
+			Counted: onBucket("chan"),
+		},
+		{
+			Name: "shared-scope",
+			Emulator: base(append(bucket("busy", 50, satWindow, true, "POST /channels/{channel_id}/messages"),
+				discordtest.WithSharedLimit(discordtest.SharedLimit{Route: "POST /channels/{channel_id}/messages",
+					Resource: "channels/500", Limit: 5, Window: time.Second, RetryAfter: 500 * time.Millisecond}))...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 10, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", "/channels/500/messages", Bot, `{"content":"hi"}`)
+				})
+			},
+			Max:     func(d time.Duration) float64 { return 5 * windows(d, time.Second) },
+			Counted: onBucket("busy"),
+		},
+		{
+			Name:     "bad-token",
+			Emulator: base(bucket("me", 10, satWindow, true, "GET /users/@me")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 6, func(ctx context.Context, g int) {
+					auth := Bot
+					if g == 0 {
+						auth = BadBot
+					}
+					send(ctx, env, "GET", "/users/@me", auth, "")
+				})
+			},
+			Max:     func(d time.Duration) float64 { return 10 * windows(d, satWindow) },
+			Counted: onBucket("me"),
+		},
+		{
+			Name:     "limit-lowered",
+			Emulator: base(bucket("low", satLimit, satWindow, true, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 50, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", "/channels/600/messages", Bot, `{"content":"hi"}`)
+				})
+			},
+			Control: func(ctx context.Context, srv *discordtest.Server, d time.Duration) {
+				sleep(ctx, d/2)
+				if ctx.Err() == nil {
+					srv.SetBucket(discordtest.Bucket{Hash: "low", Limit: 5, Window: satWindow, Fixed: true})
+				}
+			},
+			Max: func(d time.Duration) float64 {
+				return satLimit*windows(d/2, satWindow) + 5*windows(d-d/2, satWindow)
+			},
+			Counted: onBucket("low"),
+		},
+		{
+			Name: "webhooks",
+			Emulator: base(append(bucket("fan", 5, time.Second, false, "POST /channels/{channel_id}/messages"),
+				bucket("hook", 5, satWindow, true, "POST /webhooks/{webhook_id}/{webhook_token}")...)...),
+			Load: func(ctx context.Context, env *Env) {
+				go env.Goroutines(ctx, 100, func(ctx context.Context, g int) {
+					for i := 0; ctx.Err() == nil; i++ {
+						send(ctx, env, "POST", fmt.Sprintf("/channels/%d/messages", 1000+(g+i*100)%fanChannels), Bot, `{"content":"hi"}`)
+					}
+				})
+				env.Goroutines(ctx, 8, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", fmt.Sprintf("/webhooks/%d/hook-token-%d", 700+g%4, g%4), "", `{"content":"hi"}`)
+				})
+			},
+			// Webhooks have their own budget: 4 webhooks of 5 per 500 ms,
+			// beside the bot's global 50 per second.
+			Max: func(d time.Duration) float64 {
+				return globalPerSecond*windows(d, time.Second) + 4*5*windows(d, satWindow)
+			},
+		},
+		{
+			Name:     "deadline",
+			Emulator: base(bucket("slow", 1, 2*time.Second, true, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				env.Goroutines(ctx, 20, func(ctx context.Context, g int) {
+					dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					deadline, _ := dctx.Deadline()
+					_, err := env.Client.Do(dctx, "POST", env.API+"/channels/800/messages", Bot, []byte(`{"content":"hi"}`))
+					returned := time.Now()
+					cancel()
+					if err != nil && ctx.Err() == nil {
+						env.Overshoot(returned.Sub(deadline))
+						// A request that failed fast returns early: wait for
+						// its deadline so the load stays the same.
+						sleep(ctx, time.Until(deadline))
+					}
+				})
+			},
+			Max:      func(d time.Duration) float64 { return windows(d, 2*time.Second) },
+			Counted:  onBucket("slow"),
+			Deadline: true,
+		},
+	}
+}
+
+// fixedLate measures, for a fixed window of limit per w, how late the first
+// request of each window arrived after the previous full window closed.
+func fixedLate(limit int, w time.Duration) func([]discordtest.LogEntry) []time.Duration {
+	return func(log []discordtest.LogEntry) []time.Duration {
+		var late []time.Duration
+		byMajor := map[string][]time.Time{}
+		for _, e := range log {
+			byMajor[e.Major] = append(byMajor[e.Major], e.Time)
+		}
+		for _, ts := range byMajor {
+			sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+			start, n := time.Time{}, 0
+			for _, t := range ts {
+				if start.IsZero() || t.Sub(start) >= w {
+					if n >= limit {
+						late = append(late, t.Sub(start.Add(w)))
+					}
+					start, n = t, 0
+				}
+				n++
+			}
+		}
+		return late
+	}
+}
+
+// globalLate measures, for a sliding global window of limit per w, how late
+// each request that waited for the window arrived after its slot opened.
+func globalLate(limit int, w time.Duration) func([]discordtest.LogEntry) []time.Duration {
+	return func(log []discordtest.LogEntry) []time.Duration {
+		byCred := map[string][]time.Time{}
+		for _, e := range log {
+			byCred[e.Credential] = append(byCred[e.Credential], e.Time)
+		}
+		var late []time.Duration
+		for _, ts := range byCred {
+			sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+			for i := limit; i < len(ts); i++ {
+				open := ts[i-limit].Add(w)
+				if open.After(ts[i-1]) { // the request had to wait for this slot
+					late = append(late, ts[i].Sub(open))
+				}
+			}
+		}
+		return late
+	}
+}
