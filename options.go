@@ -51,7 +51,7 @@ const (
 	// DefaultRetries is how many times a request is retried.
 	DefaultRetries = 3
 	// DefaultResetOffset is added to every reset and retry-after.
-	DefaultResetOffset = 20 * time.Millisecond
+	DefaultResetOffset = 10 * time.Millisecond
 	// DefaultInvalidBudget is half of Discord's 10,000 invalid requests per
 	// ten minutes.
 	DefaultInvalidBudget = 5000

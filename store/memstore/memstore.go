@@ -126,6 +126,7 @@ type bucket struct {
 	pauseUntil time.Time
 	pending    int // granted requests whose response has not been reported
 	retired    bool
+	unlimited  bool // routes without a bucket: only pauses apply
 
 	q        queue
 	timer    clock.Timer
@@ -157,6 +158,11 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	c := &claim
 	if err := ctx.Err(); err != nil {
 		return store.Permit{}, &store.WaitError{Err: err}
+	}
+	select {
+	case <-c.Done:
+		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+	default:
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -377,15 +383,38 @@ func (s *Store) resolve(cr *cred, routeName, major string, now time.Time) *bucke
 	}
 	r.seen = now
 	if r.none {
-		return nil
+		// No bucket: only pauses (a Cloudflare block) and the global limit
+		// apply, through the credential's unlimited bucket.
+		return s.unlimited(cr, now)
 	}
 	k := bkey{hash: r.hash, major: major}
 	if r.hash == "" {
 		k.route = routeName
 	}
 	b := cr.buckets[k]
+	if b == nil && r.hash != "" {
+		// The route was learned on another major parameter while this one's
+		// probe is still in flight: wait for that probe's answer.
+		if probe := cr.buckets[bkey{route: routeName, major: major}]; probe != nil && probe.pending > 0 {
+			return probe
+		}
+	}
 	if b == nil {
 		b = &bucket{key: k, c: cr}
+		cr.buckets[k] = b
+		s.nbuckets++
+	}
+	b.lastUsed = now
+	return b
+}
+
+// unlimited returns the credential's bucket for routes without one: it
+// never runs out, but pauses like any other.
+func (s *Store) unlimited(cr *cred, now time.Time) *bucket {
+	k := bkey{route: "\x00none"}
+	b := cr.buckets[k]
+	if b == nil {
+		b = &bucket{key: k, c: cr, unlimited: true}
 		cr.buckets[k] = b
 		s.nbuckets++
 	}
@@ -398,6 +427,9 @@ func (s *Store) resolve(cr *cred, routeName, major string, now time.Time) *bucke
 func (b *bucket) available(now time.Time) bool {
 	if now.Before(b.pauseUntil) || now.Before(b.c.blocked) || b.retired {
 		return false
+	}
+	if b.unlimited {
+		return true
 	}
 	if !b.known {
 		// Probe: one request at a time until a response names the limits.
@@ -428,7 +460,7 @@ func (b *bucket) wakeAt(now time.Time) time.Time {
 
 func (b *bucket) take(now time.Time) {
 	b.pending++
-	if !b.known {
+	if !b.known || b.unlimited {
 		return
 	}
 	b.remaining--
@@ -657,7 +689,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	case u.Bucket != "":
 		if r.hash != u.Bucket || r.none {
 			r.hash, r.none = u.Bucket, false
-			if granted != nil && granted.key.route != "" {
+			if granted != nil && granted.key.route != "" && !granted.unlimited {
 				granted.retired = true
 			}
 		}
@@ -665,7 +697,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	case u.Status >= 200 && u.Status < 300 && !u.HasLimit && r.hash == "":
 		// Answered without rate-limit headers: bound by the global limit only.
 		r.none = true
-		if granted != nil && granted.key.route != "" {
+		if granted != nil && granted.key.route != "" && !granted.unlimited {
 			granted.retired = true
 		}
 		target = nil

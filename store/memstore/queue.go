@@ -53,25 +53,38 @@ func (q *queue) remove(w *waiter) {
 // most recent grants, as many as the global limit, the latest moment the
 // request may have reached Discord. That is the grant plus the claim's
 // offset until the response arrives, then the response time if earlier.
+//
+// A grant is allowed while the log has room, or once its oldest entry has
+// left the window. Entries lowered by settle or freed by remove may make the
+// log slightly out of order; the check then waits on an entry that is not
+// the earliest, which only ever errs on the side of waiting.
 type ring struct {
-	t      []time.Time
-	head   int    // oldest entry when full
-	n      int    // entries in use
-	seq    uint64 // grants pushed so far
+	t      []time.Time // zero: a hole left by remove
+	gen    []uint64    // generation of each slot's entry, for tokens
+	head   int         // oldest entry when full
+	n      int         // entries in use, holes included
+	holes  int
+	next_  uint64 // last generation handed out
 	window time.Duration
 }
+
+const tokenPosShift = 40
 
 func (r *ring) resize(limit int) {
 	if limit == len(r.t) {
 		return
 	}
-	keep := make([]time.Time, 0, limit)
-	for i := max(0, r.n-limit); i < r.n; i++ {
-		keep = append(keep, r.at(i))
+	var keep []time.Time
+	for i := 0; i < r.n; i++ {
+		if t := r.at(i); !t.IsZero() {
+			keep = append(keep, t)
+		}
 	}
+	keep = keep[max(0, len(keep)-limit):]
 	r.t = make([]time.Time, limit)
+	r.gen = make([]uint64, limit) // outstanding tokens no longer match
 	r.n = copy(r.t, keep)
-	r.head = 0
+	r.head, r.holes = 0, 0
 }
 
 // at returns the i-th oldest entry.
@@ -80,7 +93,7 @@ func (r *ring) at(i int) time.Time { return r.t[(r.head+i)%len(r.t)] }
 // next reports whether the log is full and, if so, when its oldest entry
 // leaves the window.
 func (r *ring) next(window time.Duration) (time.Time, bool) {
-	if len(r.t) == 0 || r.n < len(r.t) {
+	if len(r.t) == 0 || r.n < len(r.t) || r.holes > 0 {
 		return time.Time{}, false
 	}
 	return r.t[r.head].Add(window), true
@@ -89,23 +102,36 @@ func (r *ring) next(window time.Duration) (time.Time, bool) {
 // push records a grant whose request may reach Discord until bound, and
 // returns its token (never 0).
 func (r *ring) push(bound time.Time) uint64 {
-	if r.n < len(r.t) {
-		r.t[(r.head+r.n)%len(r.t)] = bound
+	var pos int
+	switch {
+	case r.holes > 0:
+		for i := 0; i < r.n; i++ {
+			if p := (r.head + i) % len(r.t); r.t[p].IsZero() {
+				pos = p
+				break
+			}
+		}
+		r.holes--
+	case r.n < len(r.t):
+		pos = (r.head + r.n) % len(r.t)
 		r.n++
-	} else {
-		r.t[r.head] = bound
+	default:
+		pos = r.head
 		r.head = (r.head + 1) % len(r.t)
 	}
-	r.seq++
-	return r.seq
+	r.t[pos] = bound
+	r.next_++
+	r.gen[pos] = r.next_
+	return uint64(pos)<<tokenPosShift | r.next_&(1<<tokenPosShift-1)
 }
 
 // index returns where the grant with token tok is, if still in the log.
 func (r *ring) index(tok uint64) (int, bool) {
-	if tok == 0 || tok > r.seq || r.seq-tok >= uint64(r.n) {
+	pos := int(tok >> tokenPosShift)
+	if tok == 0 || pos >= len(r.t) || r.gen[pos]&(1<<tokenPosShift-1) != tok&(1<<tokenPosShift-1) || r.t[pos].IsZero() {
 		return 0, false
 	}
-	return (r.head + r.n - 1 - int(r.seq-tok)) % len(r.t), true
+	return pos, true
 }
 
 // settle lowers the bound of grant tok to at, when its response arrived
@@ -120,14 +146,18 @@ func (r *ring) settle(tok uint64, at time.Time) {
 func (r *ring) remove(tok uint64) {
 	if i, ok := r.index(tok); ok {
 		r.t[i] = time.Time{}
+		r.holes++
 	}
 }
 
 func (r *ring) newest() (time.Time, bool) {
-	if r.n == 0 {
-		return time.Time{}, false
+	var newest time.Time
+	for i := 0; i < r.n; i++ {
+		if t := r.at(i); t.After(newest) {
+			newest = t
+		}
 	}
-	return r.at(r.n - 1), true
+	return newest, !newest.IsZero()
 }
 
 // invalidLog counts invalid responses in slots of invalidSlot, a sliding

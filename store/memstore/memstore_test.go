@@ -1,0 +1,355 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return New() })
+}
+
+// newFake returns a store on a fake clock, closed when the test ends.
+func newFake(t *testing.T) (*Store, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := New(withClock(clk))
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close() = %v; want nil", err)
+		}
+	})
+	return s, clk
+}
+
+func claim(route, major string) store.Claim {
+	return store.Claim{Credential: "bot", Route: route, Major: major}
+}
+
+func sent(c store.Claim, status int) store.Update {
+	return store.Update{
+		Credential: c.Credential, Route: c.Route, Major: c.Major,
+		Global: c.Global, TokenAuth: c.TokenAuth,
+		Sent: true, Status: status,
+	}
+}
+
+func headers(c store.Claim, bucket string, limit, remaining int, resetAfter time.Duration) store.Update {
+	u := sent(c, 200)
+	u.Bucket, u.HasLimit, u.Limit, u.Remaining, u.ResetAfter = bucket, true, limit, remaining, resetAfter
+	return u
+}
+
+func acquire(t *testing.T, s *Store, c store.Claim) store.Permit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	p, err := s.Acquire(ctx, c)
+	if err != nil {
+		t.Fatalf("Acquire(%s %s) = %v; want a permit at once", c.Route, c.Major, err)
+	}
+	return p
+}
+
+func update(t *testing.T, s *Store, p store.Permit, u store.Update) {
+	t.Helper()
+	if err := s.Update(t.Context(), p, u); err != nil {
+		t.Fatalf("Update(%s %s) = %v; want nil", u.Route, u.Major, err)
+	}
+}
+
+type result struct {
+	p   store.Permit
+	err error
+}
+
+func acquireAsync(t *testing.T, s *Store, c store.Claim) <-chan result {
+	ch := make(chan result, 1)
+	ctx := t.Context()
+	go func() {
+		p, err := s.Acquire(ctx, c)
+		ch <- result{p, err}
+	}()
+	return ch
+}
+
+// pending asserts that an asynchronous Acquire has not returned. With a fake
+// clock nothing opens by itself, so a short real-time look suffices.
+func pending(t *testing.T, ch <-chan result, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: Acquire returned (permit %+v, error %v); want it still waiting", what, r.p, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// granted waits, in real time, for an asynchronous Acquire to succeed: timers
+// of the fake clock fire in goroutines of their own.
+func granted(t *testing.T, ch <-chan result, what string) store.Permit {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: Acquire = %v; want a permit", what, r.err)
+		}
+		return r.p
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: Acquire still blocked", what)
+		return store.Permit{}
+	}
+}
+
+// waitFor polls cond in real time until it holds.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMemoryBounded passes a stream of distinct interaction tokens, each a
+// major of its own, and checks that idle buckets are swept as they go.
+func TestMemoryBounded(t *testing.T) {
+	n := 200_000
+	if testing.Short() {
+		n = 50_000
+	}
+	s, clk := newFake(t)
+	const (
+		step  = time.Millisecond
+		reset = 500 * time.Millisecond
+		// bound is far above the live buckets (reset/step = 500) and the
+		// sweep threshold, and far below n.
+		bound = 4 * minSweep
+	)
+	routes := []struct {
+		route, bucket string
+		major         func(i int) string
+	}{
+		{"POST /interactions/:id/:token/callback", "cb", func(i int) string { return fmt.Sprintf("interactions/%d/tok%d", i, i) }},
+		{"POST /webhooks/:id/:token", "wh", func(i int) string { return fmt.Sprintf("webhooks/42/tok%d", i) }},
+		{"PATCH /webhooks/:id/:token/messages/:id", "wm", func(i int) string { return fmt.Sprintf("webhooks/42/tok%d", i) }},
+	}
+	maxLen := 0
+	for i := range n {
+		r := routes[i%len(routes)]
+		c := claim(r.route, r.major(i))
+		c.TokenAuth = true
+		p, err := s.Acquire(t.Context(), c)
+		if err != nil {
+			t.Fatalf("request %d: Acquire = %v", i, err)
+		}
+		if err := s.Update(t.Context(), p, headers(c, r.bucket, 5, 4, reset)); err != nil {
+			t.Fatalf("request %d: Update = %v", i, err)
+		}
+		clk.Advance(step)
+		if l := s.Len(); l > maxLen {
+			maxLen = l
+			if l > bound {
+				t.Fatalf("after %d requests on distinct majors, Len() = %d; want at most %d", i+1, l, bound)
+			}
+		}
+	}
+	t.Logf("%d requests, at most %d buckets held", n, maxLen)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if got := len(s.creds); got != 1 {
+		t.Errorf("%d credentials held; want 1", got)
+	}
+	if cr := s.creds["bot"]; cr != nil && len(cr.routes) > len(routes) {
+		t.Errorf("%d routes held; want at most %d", len(cr.routes), len(routes))
+	}
+}
+
+// TestMemoryBoundedDistinctRoutes passes routes never seen twice, answered
+// without rate-limit headers: their probe buckets are swept, and so are the
+// routes once routeTTL has passed.
+func TestMemoryBoundedDistinctRoutes(t *testing.T) {
+	n := 50_000
+	if testing.Short() {
+		n = 20_000
+	}
+	s, clk := newFake(t)
+	// At this pace routeTTL passes within the run.
+	step := 2 * routeTTL / time.Duration(n)
+	const bound = 4 * minSweep
+	maxLen := 0
+	for i := range n {
+		c := claim(fmt.Sprintf("GET /odd/%d", i), "")
+		p, err := s.Acquire(t.Context(), c)
+		if err != nil {
+			t.Fatalf("request %d: Acquire = %v", i, err)
+		}
+		if err := s.Update(t.Context(), p, sent(c, 200)); err != nil {
+			t.Fatalf("request %d: Update = %v", i, err)
+		}
+		clk.Advance(step)
+		if l := s.Len(); l > maxLen {
+			maxLen = l
+			if l > bound {
+				t.Fatalf("after %d distinct routes, Len() = %d; want at most %d", i+1, l, bound)
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Routes seen within routeTTL, plus those seen before the last sweep.
+	limit := int(routeTTL/step) + int(sweepEvery/step) + 1
+	if cr := s.creds["bot"]; cr != nil && len(cr.routes) > limit {
+		t.Errorf("%d routes held after %d distinct routes over %v; want at most %d", len(cr.routes), n, time.Duration(n)*step, limit)
+	}
+}
+
+// TestGlobalWindowExact checks the sliding global window to the millisecond.
+func TestGlobalWindowExact(t *testing.T) {
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	update(t, s, acquire(t, s, c), headers(c, "h", 1000, 999, time.Hour)) // not global
+	g := c
+	g.Global, g.GlobalLimit, g.GlobalWindow = true, 3, time.Second
+
+	// Grants at 0, 400 ms and 800 ms fill the window.
+	for i := range 3 {
+		if i > 0 {
+			clk.Advance(400 * time.Millisecond)
+		}
+		update(t, s, acquire(t, s, g), headers(g, "h", 1000, 999, time.Hour))
+	}
+
+	// The 4th may go when the grant at 0 leaves the window, at 1000 ms; the
+	// 5th when the grant at 400 ms leaves, at 1400 ms.
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+	}{
+		{"4th request", 200 * time.Millisecond},
+		{"5th request", 400 * time.Millisecond},
+	} {
+		ch := acquireAsync(t, s, g)
+		waitFor(t, func() bool { return clk.Timers() > 0 }, tc.name+" to arm the global timer")
+		clk.Advance(tc.wait - time.Millisecond)
+		pending(t, ch, tc.name+" 1 ms before the window slides")
+		clk.Advance(time.Millisecond)
+		p := granted(t, ch, tc.name+" when the window slides")
+		if p.Waited != tc.wait {
+			t.Errorf("%s: Permit.Waited = %v; want %v", tc.name, p.Waited, tc.wait)
+		}
+		update(t, s, p, headers(g, "h", 1000, 999, time.Hour))
+	}
+
+	// The window is full again until 1800 ms: a MaxWait shorter than that
+	// fails at once, with the exact wait.
+	g.MaxWait = 100 * time.Millisecond
+	_, err := s.Acquire(t.Context(), g)
+	if err == nil {
+		t.Fatalf("Acquire with a full global window granted a permit")
+	}
+	var we *store.WaitError
+	if !errors.As(err, &we) || !errors.Is(err, store.ErrWaitTooLong) || we.Scope != store.ScopeGlobal || we.RetryAfter != 400*time.Millisecond {
+		t.Errorf("Acquire with a full global window = %v; want a WaitError wrapping ErrWaitTooLong, scope global, RetryAfter 400ms", err)
+	}
+}
+
+// TestRefillAfterReports checks that a bucket whose reset has passed refills
+// only once every request granted in its window has been reported.
+func TestRefillAfterReports(t *testing.T) {
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	update(t, s, acquire(t, s, c), headers(c, "h", 3, 2, time.Second))
+	p1 := acquire(t, s, c)
+	p2 := acquire(t, s, c)
+
+	ch := acquireAsync(t, s, c)
+	clk.Advance(2 * time.Second)
+	pending(t, ch, "request with two of the window's requests unreported")
+
+	update(t, s, p1, sent(c, 500)) // no rate-limit headers
+	pending(t, ch, "request with one of the window's requests unreported")
+
+	update(t, s, p2, sent(c, 500))
+	p := granted(t, ch, "request once the window's requests are reported")
+	if p.Bucket != "h" {
+		t.Errorf("Permit.Bucket = %q; want %q", p.Bucket, "h")
+	}
+	// The window refilled to its limit of 3: two more go at once.
+	acquire(t, s, c)
+	acquire(t, s, c)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := s.Acquire(ctx, c); err == nil {
+		t.Errorf("4th request of a window of 3 granted")
+	}
+}
+
+// TestLateReportInNewWindow checks that a response reported after the reset
+// with headers of the old window keeps the bucket closed until the reset it
+// names.
+func TestLateReportInNewWindow(t *testing.T) {
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	update(t, s, acquire(t, s, c), headers(c, "h", 2, 1, time.Second))
+	p1 := acquire(t, s, c)
+
+	ch := acquireAsync(t, s, c)
+	clk.Advance(2 * time.Second)
+	pending(t, ch, "request with the window's last request unreported")
+
+	update(t, s, p1, headers(c, "h", 2, 0, 500*time.Millisecond))
+	pending(t, ch, "request before the reported reset")
+	clk.Advance(499 * time.Millisecond)
+	pending(t, ch, "request 1 ms before the reported reset")
+	clk.Advance(time.Millisecond)
+	granted(t, ch, "request at the reported reset")
+}
+
+// BenchmarkAcquireUpdate measures a request on a known bucket with room to
+// spare, from many goroutines.
+func BenchmarkAcquireUpdate(b *testing.B) {
+	s := New()
+	defer s.Close()
+	const plenty = 1 << 40
+	c := claim("POST /channels/:id/messages", "channels/1")
+	ctx := context.Background()
+	p, err := s.Acquire(ctx, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := headers(c, "h", plenty, plenty-1, time.Hour)
+	if err := s.Update(ctx, p, u); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, err := s.Acquire(ctx, c)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := s.Update(ctx, p, u); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,1233 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// Run runs the conformance suite against the stores that newStore returns.
+//
+// Each subtest calls newStore once and closes the store it gets with
+// t.Cleanup (Close must therefore be idempotent, as the contract says).
+// Subtests use credentials of their own, unique to one call of Run, so a
+// store backed by a shared server needs no cleaning between runs. The
+// invalid-request guard is the exception: it counts for the whole store, so
+// newStore must return a store whose invalid-request count starts at zero
+// (for a shared server, a fresh key prefix).
+//
+// Subtests whose checks read the wall clock closely run one at a time;
+// the others call t.Parallel and so run together once the calling test
+// function returns.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	nonce := time.Now().UnixNano()
+	for _, tc := range cases() {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.serial {
+				t.Parallel()
+			}
+			tc.run(newHarness(t, newStore, nonce))
+		})
+	}
+}
+
+// testCase is one subtest of Run.
+type testCase struct {
+	name   string
+	serial bool // runs alone: its checks are sensitive to scheduling delays
+	run    func(h *harness)
+}
+
+// cases returns the subtests of Run.
+func cases() []testCase {
+	return []testCase{
+		{name: "UnknownRoute", run: testUnknownRoute},
+		{name: "QueuedFollowLearnedBucket", run: testQueuedFollowLearnedBucket},
+		{name: "ProbePerMajor", run: testProbePerMajor},
+		{name: "RemainingCountsGrants", run: testRemainingCountsGrants},
+		{name: "SharedHashPerMajor", run: testSharedHashPerMajor},
+		{name: "NoBucketRoute", run: testNoBucketRoute},
+		{name: "StaleRemaining", run: testStaleRemaining},
+		{name: "ResetOnlyMovesLater", run: testResetOnlyMovesLater},
+		{name: "UnknownResetAfter", run: testUnknownResetAfter},
+		{name: "LimitRaised", run: testLimitRaised},
+		{name: "LimitLowered", run: testLimitLowered},
+		{name: "FIFO", serial: true, run: testFIFO},
+		{name: "CancelWaiter", run: testCancelWaiter},
+		{name: "CancelGivesBackSlot", run: testCancelGivesBackSlot},
+		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
+		{name: "MaxWaitBeforeKnownWait", run: testMaxWaitBeforeKnownWait},
+		{name: "DeadlineDuringUnknownWait", run: testDeadlineDuringUnknownWait},
+		{name: "GlobalBurst", run: testGlobalBurst},
+		{name: "GlobalSlidingWindow", serial: true, run: testGlobalSlidingWindow},
+		{name: "Global429", run: testGlobal429},
+		{name: "User429", run: testUser429},
+		{name: "Shared429", run: testShared429},
+		{name: "Blocked429", run: testBlocked429},
+		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
+		{name: "UnsentGivesBackGlobalSlot", run: testUnsentGivesBackGlobalSlot},
+		{name: "InvalidBudget", run: testInvalidBudget},
+		{name: "Unauthorized", run: testUnauthorized},
+		{name: "WebhookGone", run: testWebhookGone},
+		{name: "Close", run: testClose},
+		{name: "ClaimDone", run: testClaimDone},
+		{name: "Hammer", serial: true, run: testHammer},
+	}
+}
+
+const (
+	// slack absorbs clock granularity in lower bounds: a store may keep time
+	// in milliseconds, or read another clock than the test (Redis TIME).
+	slack = 5 * time.Millisecond
+	// eventually bounds what must happen at some point, generously.
+	eventually = 10 * time.Second
+	// atOnce bounds an Acquire that must not wait for any reset; the resets
+	// that would delay it lie further away.
+	atOnce = 2 * time.Second
+	// watch is how long a request is watched to make sure it keeps waiting.
+	watch = 150 * time.Millisecond
+	// far is a reset that no subtest waits for.
+	far = 30 * time.Second
+)
+
+// Routes and majors used by the subtests.
+const (
+	routeCreate = "POST /channels/:id/messages"
+	routeList   = "GET /channels/:id/messages"
+	routeEdit   = "PATCH /channels/:id/messages/:id"
+	routeMe     = "GET /users/@me"
+	routeHook   = "POST /webhooks/:id/:token"
+	major1      = "channels/1"
+	major2      = "channels/2"
+	major3      = "channels/3"
+)
+
+// harness holds one subtest's store and helpers around it.
+type harness struct {
+	t     *testing.T
+	s     store.Store
+	nonce int64
+}
+
+func newHarness(t *testing.T, newStore func(t *testing.T) store.Store, nonce int64) *harness {
+	s := newStore(t)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close() = %v; want nil", err)
+		}
+	})
+	return &harness{t: t, s: s, nonce: nonce}
+}
+
+// cred returns a credential unique to this subtest, this run and label.
+func (h *harness) cred(label string) string {
+	return fmt.Sprintf("storetest/%d/%s/%s", h.nonce, h.t.Name(), label)
+}
+
+func claim(cred, route, major string) store.Claim {
+	return store.Claim{Credential: cred, Route: route, Major: major}
+}
+
+func describe(c store.Claim) string {
+	s := c.Route
+	if c.Major != "" {
+		s += " [" + c.Major + "]"
+	}
+	if c.Global {
+		s += " (global)"
+	}
+	return s
+}
+
+// response returns a sent Update with status and no rate-limit headers.
+func response(c store.Claim, status int) store.Update {
+	return store.Update{
+		Credential: c.Credential,
+		Route:      c.Route,
+		Major:      c.Major,
+		Global:     c.Global,
+		TokenAuth:  c.TokenAuth,
+		Sent:       true,
+		Status:     status,
+	}
+}
+
+// limits returns a 200 response carrying rate-limit headers.
+func limits(c store.Claim, bucket string, limit, remaining int, resetAfter time.Duration) store.Update {
+	u := response(c, 200)
+	u.Bucket = bucket
+	u.HasLimit = true
+	u.Limit = limit
+	u.Remaining = remaining
+	u.ResetAfter = resetAfter
+	return u
+}
+
+// unsent returns the Update of a request that never left the process.
+func unsent(c store.Claim) store.Update {
+	u := response(c, 0)
+	u.Sent = false
+	return u
+}
+
+// tooMany returns a 429 response of scope with retry.
+func tooMany(c store.Claim, scope store.Scope, retry time.Duration) store.Update {
+	u := response(c, 429)
+	u.Scope = scope
+	u.RetryAfter = retry
+	return u
+}
+
+// acquireNow acquires a permit that the store must grant without waiting for
+// a reset or a pause.
+func (h *harness) acquireNow(c store.Claim) store.Permit {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+	defer cancel()
+	p, err := h.s.Acquire(ctx, c)
+	if err != nil {
+		h.t.Fatalf("Acquire(%s) = %v; want a permit at once", describe(c), err)
+	}
+	return p
+}
+
+func (h *harness) update(p store.Permit, u store.Update) {
+	h.t.Helper()
+	if err := h.s.Update(h.t.Context(), p, u); err != nil {
+		h.t.Fatalf("Update(%s, status %d) = %v; want nil", u.Route, u.Status, err)
+	}
+}
+
+// learn sends one request on c and reports a response naming bucket.
+func (h *harness) learn(c store.Claim, bucket string, limit, remaining int, resetAfter time.Duration) {
+	h.t.Helper()
+	p := h.acquireNow(c)
+	h.update(p, limits(c, bucket, limit, remaining, resetAfter))
+}
+
+// mustWait asserts that c is not granted within d and returns the error of
+// Acquire, which must wrap context.DeadlineExceeded.
+func (h *harness) mustWait(c store.Claim, d time.Duration) error {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), d)
+	defer cancel()
+	p, err := h.s.Acquire(ctx, c)
+	if err == nil {
+		h.t.Errorf("Acquire(%s) granted a permit; want it to wait longer than %v", describe(c), d)
+		h.update(p, unsent(c))
+		return nil
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		h.t.Errorf("Acquire(%s) = %v; want an error wrapping context.DeadlineExceeded", describe(c), err)
+	}
+	var we *store.WaitError
+	if !errors.As(err, &we) {
+		h.t.Errorf("Acquire(%s) = %T; want a *store.WaitError", describe(c), err)
+	}
+	return err
+}
+
+// result is what an asynchronous Acquire returned, and when.
+type result struct {
+	p   store.Permit
+	err error
+	at  time.Time
+}
+
+// acquireAsync runs Acquire in a goroutine that ends when Acquire returns;
+// the subtest's context ends it at the latest.
+func (h *harness) acquireAsync(ctx context.Context, c store.Claim) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		p, err := h.s.Acquire(ctx, c)
+		ch <- result{p: p, err: err, at: time.Now()}
+	}()
+	return ch
+}
+
+// queue starts an Acquire and gives it time to join the queue.
+func (h *harness) queue(ctx context.Context, c store.Claim) <-chan result {
+	ch := h.acquireAsync(ctx, c)
+	time.Sleep(30 * time.Millisecond)
+	return ch
+}
+
+// await waits for an asynchronous Acquire to return.
+func (h *harness) await(ch <-chan result, what string) result {
+	h.t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(eventually):
+		h.t.Fatalf("%s: Acquire still blocked after %v", what, eventually)
+		return result{}
+	}
+}
+
+// granted waits for an asynchronous Acquire that must succeed.
+func (h *harness) granted(ch <-chan result, what string) result {
+	h.t.Helper()
+	r := h.await(ch, what)
+	if r.err != nil {
+		h.t.Fatalf("%s: Acquire = %v; want a permit", what, r.err)
+	}
+	return r
+}
+
+// stillWaiting asserts that an asynchronous Acquire does not return within d.
+// When it does, the result is put back for a later await.
+func (h *harness) stillWaiting(ch <-chan result, d time.Duration, what string) <-chan result {
+	h.t.Helper()
+	select {
+	case r := <-ch:
+		h.t.Errorf("%s: Acquire returned (permit %+v, error %v); want it still waiting", what, r.p, r.err)
+		back := make(chan result, 1)
+		back <- r
+		return back
+	case <-time.After(d):
+		return ch
+	}
+}
+
+// notBefore asserts that r came at least d after t0.
+func (h *harness) notBefore(r result, t0 time.Time, d time.Duration, what string) {
+	h.t.Helper()
+	if got := r.at.Sub(t0); got < d-slack {
+		h.t.Errorf("%s: granted %v after the update; want at least %v", what, got, d)
+	}
+}
+
+// waitError asserts that err is a *store.WaitError wrapping want.
+func (h *harness) waitError(err, want error, what string) *store.WaitError {
+	h.t.Helper()
+	if !errors.Is(err, want) {
+		h.t.Errorf("%s: Acquire = %v; want an error wrapping %v", what, err, want)
+	}
+	var we *store.WaitError
+	if !errors.As(err, &we) {
+		h.t.Errorf("%s: Acquire = %T (%v); want a *store.WaitError", what, err, err)
+		return &store.WaitError{}
+	}
+	return we
+}
+
+// testUnknownRoute: a route never seen goes at once, one request at a time
+// per (route, major), and the first response teaches the bucket to the
+// request queued behind it.
+func testUnknownRoute(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	p1 := h.acquireNow(c)
+
+	second := h.acquireAsync(h.t.Context(), c)
+	second = h.stillWaiting(second, watch, "second request on an unknown route")
+
+	// Other majors and other routes probe on their own.
+	other := claim(c.Credential, routeCreate, major2)
+	h.update(h.acquireNow(other), limits(other, "h", 5, 4, far))
+	otherRoute := claim(c.Credential, routeEdit, major1)
+	h.update(h.acquireNow(otherRoute), limits(otherRoute, "e", 5, 4, far))
+
+	h.update(p1, limits(c, "h", 5, 4, far))
+	r := h.granted(second, "request queued behind the first response")
+	if r.p.Bucket != "h" {
+		h.t.Errorf("queued request: Permit.Bucket = %q; want %q", r.p.Bucket, "h")
+	}
+	// The first response left 4; the queued request took one.
+	for i := range 3 {
+		p := h.acquireNow(c)
+		if p.Bucket != "h" {
+			h.t.Errorf("request %d on the learned bucket: Permit.Bucket = %q; want %q", i, p.Bucket, "h")
+		}
+	}
+	h.mustWait(c, watch)
+}
+
+// testQueuedFollowLearnedBucket: requests queued behind the first response
+// follow the learned bucket, its remaining count and its reset.
+func testQueuedFollowLearnedBucket(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	p1 := h.acquireNow(c)
+	a := h.queue(h.t.Context(), c)
+	b := h.queue(h.t.Context(), c)
+
+	const reset = 300 * time.Millisecond
+	t0 := time.Now()
+	h.update(p1, limits(c, "h", 2, 0, reset))
+	for i, ch := range []<-chan result{a, b} {
+		what := fmt.Sprintf("queued request %d", i)
+		r := h.granted(ch, what)
+		h.notBefore(r, t0, reset, what)
+		if r.p.Bucket != "h" {
+			h.t.Errorf("%s: Permit.Bucket = %q; want %q", what, r.p.Bucket, "h")
+		}
+	}
+}
+
+// testProbePerMajor: when a response on one major teaches the route's bucket
+// while the first request on another major is still unanswered, that major's
+// counter is still unknown: its next request waits for the first answer.
+func testProbePerMajor(h *harness) {
+	c1 := claim(h.cred("a"), routeCreate, major1)
+	c2 := claim(c1.Credential, routeCreate, major2)
+	p1 := h.acquireNow(c1)
+	p2 := h.acquireNow(c2)
+	h.update(p1, limits(c1, "h", 5, 4, far))
+
+	second := h.acquireAsync(h.t.Context(), c2)
+	second = h.stillWaiting(second, watch, "second request on a major whose first is unanswered")
+	h.update(p2, limits(c2, "h", 5, 4, far))
+	r := h.granted(second, "second request once the first is answered")
+	if r.p.Bucket != "h" {
+		h.t.Errorf("Permit.Bucket = %q; want %q", r.p.Bucket, "h")
+	}
+}
+
+// testRemainingCountsGrants: with remaining k, exactly k requests go at once;
+// the next waits for the reset and for every request of the window to be
+// reported.
+func testRemainingCountsGrants(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const reset = 400 * time.Millisecond
+	t0 := time.Now()
+	// The first response counts the first request: 3 of 4 left.
+	h.learn(c, "h", 4, 3, reset)
+	p2 := h.acquireNow(c)
+	h.update(p2, limits(c, "h", 4, 2, max(0, reset-time.Since(t0))))
+	p3 := h.acquireNow(c)
+	p4 := h.acquireNow(c)
+
+	next := h.acquireAsync(h.t.Context(), c)
+	// Past the reset, p3 and p4 are unreported: the window may not refill.
+	next = h.stillWaiting(next, reset+200*time.Millisecond, "request while two of the window's requests are unreported")
+	h.update(p3, response(c, 500)) // an answer without rate-limit headers
+	next = h.stillWaiting(next, watch, "request while one of the window's requests is unreported")
+
+	t4 := time.Now()
+	h.update(p4, response(c, 500))
+	r := h.granted(next, "request after the window's requests were reported")
+	h.notBefore(r, t0, reset, "request after the reset")
+	if r.at.Before(t4) {
+		h.t.Errorf("request granted at %v, before the last request of the window was reported at %v", r.at, t4)
+	}
+}
+
+// testSharedHashPerMajor: routes that share a hash share a counter per major;
+// majors and credentials have their own counters.
+func testSharedHashPerMajor(h *harness) {
+	cred := h.cred("a")
+	create1 := claim(cred, routeCreate, major1)
+	list1 := claim(cred, routeList, major1)
+	create2 := claim(cred, routeCreate, major2)
+	list2 := claim(cred, routeList, major2)
+
+	h.learn(create1, "h", 3, 2, far)
+	h.learn(list2, "h", 3, 2, far)
+
+	// Major 1: two left, shared by both routes.
+	h.acquireNow(create1)
+	h.acquireNow(list1)
+	h.mustWait(create1, watch)
+	h.mustWait(list1, watch)
+
+	// Major 2: its own two.
+	h.acquireNow(create2)
+	h.acquireNow(list2)
+	h.mustWait(list2, watch)
+
+	// Another credential: its own state entirely.
+	other := claim(h.cred("b"), routeCreate, major1)
+	h.learn(other, "h", 3, 2, far)
+	h.acquireNow(other)
+	h.acquireNow(other)
+}
+
+// testNoBucketRoute: a route answering 2xx without rate-limit headers is
+// bound by the global limit only.
+func testNoBucketRoute(h *harness) {
+	c := claim(h.cred("a"), routeMe, "")
+	c.Global = true
+	c.GlobalLimit = 1000
+	p := h.acquireNow(c)
+	queued := []<-chan result{h.queue(h.t.Context(), c), h.queue(h.t.Context(), c)}
+	h.update(p, response(c, 200))
+	for i, ch := range queued {
+		r := h.granted(ch, fmt.Sprintf("request %d queued behind the first response", i))
+		h.update(r.p, response(c, 200))
+	}
+
+	const n = 20
+	ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+	defer cancel()
+	var chans []<-chan result
+	for range n {
+		chans = append(chans, h.acquireAsync(ctx, c))
+	}
+	var permits []store.Permit
+	for i, ch := range chans {
+		r := h.await(ch, "concurrent request")
+		if r.err != nil {
+			h.t.Errorf("concurrent request %d on a route without bucket: Acquire = %v; want a permit at once", i, r.err)
+			continue
+		}
+		if r.p.Bucket != "" {
+			h.t.Errorf("request on a route without bucket: Permit.Bucket = %q; want \"\"", r.p.Bucket)
+		}
+		permits = append(permits, r.p)
+	}
+	for _, p := range permits {
+		h.update(p, response(c, 200))
+	}
+}
+
+// testStaleRemaining: within a window, a response reporting more remaining
+// than the store knows never raises it.
+func testStaleRemaining(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	p1 := h.acquireNow(c)
+	p2 := h.acquireNow(c)
+	h.acquireNow(c)
+	// Responses reordered or from before the other grants.
+	h.update(p2, limits(c, "h", 5, 3, far))
+	h.update(p1, limits(c, "h", 5, 4, far))
+	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testResetOnlyMovesLater: a response naming an earlier reset does not reopen
+// the window early.
+func testResetOnlyMovesLater(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const reset = 300 * time.Millisecond
+	t0 := time.Now()
+	h.learn(c, "h", 2, 1, reset)
+	p := h.acquireNow(c)
+	h.update(p, limits(c, "h", 2, 0, 10*time.Millisecond))
+	r := h.granted(h.acquireAsync(h.t.Context(), c), "request after the reset")
+	h.notBefore(r, t0, reset, "request after an earlier reset was reported")
+}
+
+// testUnknownResetAfter: a negative ResetAfter means unknown and is taken as
+// at least one second.
+func testUnknownResetAfter(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	t0 := time.Now()
+	h.learn(c, "h", 1, 0, -1)
+	h.mustWait(c, watch)
+	r := h.granted(h.acquireAsync(h.t.Context(), c), "request after an unknown reset")
+	h.notBefore(r, t0, time.Second, "request after an unknown reset")
+}
+
+// testLimitRaised: a limit raised within the window gives the new slots.
+func testLimitRaised(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far)
+	p := h.acquireNow(c)
+	h.mustWait(c, watch)
+	// Discord raised the limit to 4: 2 used, 2 left.
+	h.update(p, limits(c, "h", 4, 2, far))
+	h.acquireNow(c)
+	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testLimitLowered: a limit lowered within the window takes slots away.
+func testLimitLowered(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	p := h.acquireNow(c)
+	// Discord lowered the limit to 3: 2 used, 1 left.
+	h.update(p, limits(c, "h", 3, 1, far))
+	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testFIFO: waiters on one exhausted bucket are granted in arrival order.
+func testFIFO(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const (
+		n       = 5
+		reset   = 800 * time.Millisecond
+		step    = 30 * time.Millisecond
+		stagger = 60 * time.Millisecond // n*stagger < reset
+	)
+	t0 := time.Now()
+	h.learn(c, "h", 1, 0, reset)
+
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+		errs  = make(chan error, n)
+	)
+	ctx, cancel := context.WithTimeout(h.t.Context(), eventually)
+	defer cancel()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := h.s.Acquire(ctx, c)
+			if err != nil {
+				errs <- fmt.Errorf("waiter %d: Acquire = %w", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := h.s.Update(ctx, p, limits(c, "h", 1, 0, step)); err != nil {
+				errs <- fmt.Errorf("waiter %d: Update = %w", i, err)
+			}
+		}()
+		// Let waiter i join the queue before waiter i+1 arrives.
+		time.Sleep(stagger)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		h.t.Error(err)
+	}
+	if want := []int{0, 1, 2, 3, 4}; !slices.Equal(order, want) {
+		h.t.Errorf("grant order = %v; want %v", order, want)
+	}
+	if elapsed := time.Since(t0); elapsed < reset+(n-1)*step-slack {
+		h.t.Errorf("%d waiters on a bucket of 1 were served within %v; want at least %v", n, elapsed, reset+(n-1)*step)
+	}
+}
+
+// testCancelWaiter: a cancelled waiter returns context.Canceled and leaves
+// the queue; the next waiter gets the slot.
+func testCancelWaiter(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const reset = 400 * time.Millisecond
+	t0 := time.Now()
+	h.learn(c, "h", 1, 0, reset)
+
+	ctx, cancel := context.WithCancel(h.t.Context())
+	defer cancel()
+	a := h.queue(ctx, c)
+	b := h.queue(h.t.Context(), c)
+	cancel()
+	r := h.await(a, "cancelled waiter")
+	if r.err == nil {
+		h.t.Fatalf("cancelled waiter got a permit; want context.Canceled")
+	}
+	h.waitError(r.err, context.Canceled, "cancelled waiter")
+
+	r = h.granted(b, "waiter behind a cancelled one")
+	h.notBefore(r, t0, reset, "waiter behind a cancelled one")
+}
+
+// testCancelGivesBackSlot: a waiter cancelled while it holds its bucket slot
+// (waiting for the global window) gives the slot back.
+func testCancelGivesBackSlot(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far) // not global: the global window stays empty
+
+	g := c
+	g.Global = true
+	g.GlobalLimit = 1
+	g.GlobalWindow = far
+	other := claim(c.Credential, routeList, major2)
+	other.Global = true
+	other.GlobalLimit = 1
+	other.GlobalWindow = far
+	h.acquireNow(other) // fills the global window
+
+	ctx, cancel := context.WithCancel(h.t.Context())
+	defer cancel()
+	a := h.queue(ctx, g)
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	r := h.await(a, "cancelled global waiter")
+	if r.err == nil {
+		h.t.Fatalf("global waiter got a permit with the global window full")
+	}
+	h.waitError(r.err, context.Canceled, "cancelled global waiter")
+
+	// The bucket's last slot is free again for a request outside the
+	// global limit.
+	h.acquireNow(c)
+}
+
+// testDeadlineBeforeKnownWait: a deadline before a known reset fails at once.
+func testDeadlineBeforeKnownWait(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 1, 0, 5*time.Second)
+
+	ctx, cancel := context.WithTimeout(h.t.Context(), time.Second)
+	defer cancel()
+	_, err := h.s.Acquire(ctx, c)
+	if err == nil {
+		h.t.Fatalf("Acquire on an exhausted bucket granted a permit")
+	}
+	if ctx.Err() != nil {
+		h.t.Errorf("Acquire returned only when the deadline passed; want it to fail at once when the known wait ends after the deadline")
+	}
+	we := h.waitError(err, context.DeadlineExceeded, "deadline before the reset")
+	if we.RetryAfter <= 0 {
+		h.t.Errorf("WaitError.RetryAfter = %v; want > 0", we.RetryAfter)
+	}
+
+	// Pauses are known waits too.
+	g := claim(c.Credential, routeList, major2)
+	g.Global = true
+	p := h.acquireNow(g)
+	h.update(p, tooMany(g, store.ScopeGlobal, 5*time.Second))
+	ctx, cancel = context.WithTimeout(h.t.Context(), time.Second)
+	defer cancel()
+	_, err = h.s.Acquire(ctx, g)
+	if err == nil {
+		h.t.Fatalf("Acquire during a global pause granted a permit")
+	}
+	if ctx.Err() != nil {
+		h.t.Errorf("Acquire during a global pause returned only when the deadline passed; want it to fail at once")
+	}
+	we = h.waitError(err, context.DeadlineExceeded, "deadline before the end of a global pause")
+	if we.RetryAfter <= 0 {
+		h.t.Errorf("WaitError.RetryAfter = %v; want > 0", we.RetryAfter)
+	}
+}
+
+// testMaxWaitBeforeKnownWait: a MaxWait shorter than a known reset fails at
+// once with ErrWaitTooLong.
+func testMaxWaitBeforeKnownWait(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 1, 0, 5*time.Second)
+	c.MaxWait = time.Second
+	start := time.Now()
+	_, err := h.s.Acquire(h.t.Context(), c)
+	if err == nil {
+		h.t.Fatalf("Acquire on an exhausted bucket granted a permit")
+	}
+	if elapsed := time.Since(start); elapsed >= c.MaxWait {
+		h.t.Errorf("Acquire failed after %v; want it to fail at once, before MaxWait %v", elapsed, c.MaxWait)
+	}
+	we := h.waitError(err, store.ErrWaitTooLong, "MaxWait before the reset")
+	if we.RetryAfter <= 0 {
+		h.t.Errorf("WaitError.RetryAfter = %v; want > 0", we.RetryAfter)
+	}
+}
+
+// testDeadlineDuringUnknownWait: a wait of unknown length ends with the
+// deadline or MaxWait.
+func testDeadlineDuringUnknownWait(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.acquireNow(c) // the response never comes: the wait is unknown
+
+	const d = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(h.t.Context(), d)
+	defer cancel()
+	start := time.Now()
+	_, err := h.s.Acquire(ctx, c)
+	elapsed := time.Since(start)
+	if err == nil {
+		h.t.Fatalf("second request on an unknown route granted while the first is unreported")
+	}
+	h.waitError(err, context.DeadlineExceeded, "deadline during an unknown wait")
+	if elapsed < d-slack {
+		h.t.Errorf("Acquire gave up after %v; want it to wait until the deadline (%v)", elapsed, d)
+	}
+
+	c.MaxWait = d
+	start = time.Now()
+	_, err = h.s.Acquire(h.t.Context(), c)
+	elapsed = time.Since(start)
+	if err == nil {
+		h.t.Fatalf("second request on an unknown route granted while the first is unreported")
+	}
+	h.waitError(err, store.ErrWaitTooLong, "MaxWait during an unknown wait")
+	if elapsed < d-slack {
+		h.t.Errorf("Acquire gave up after %v; want it to wait MaxWait (%v)", elapsed, d)
+	}
+}
+
+// globalClaim learns a route with room for many requests, without counting
+// against the global window, and returns a global claim on it.
+func (h *harness) globalClaim(cred string, limit int, window time.Duration) store.Claim {
+	h.t.Helper()
+	c := claim(cred, routeCreate, major1)
+	h.learn(c, "h", 10000, 9999, far) // not global: not counted
+	c.Global = true
+	c.GlobalLimit = limit
+	c.GlobalWindow = window
+	return c
+}
+
+// testGlobalBurst: a burst of GlobalLimit goes at once; the next request of
+// the credential waits; requests outside the global limit and other
+// credentials are not affected.
+func testGlobalBurst(h *harness) {
+	const n = 5
+	g := h.globalClaim(h.cred("a"), n, far)
+	local := g
+	local.Global = false
+	for range 2 * n {
+		h.acquireNow(local) // not counted
+	}
+	for range n {
+		h.acquireNow(g)
+	}
+	h.mustWait(g, watch)
+	// Another route of the same credential counts against the same window.
+	g2 := claim(g.Credential, routeList, major2)
+	g2.Global, g2.GlobalLimit, g2.GlobalWindow = true, n, far
+	h.mustWait(g2, watch)
+	// Not limited either.
+	h.acquireNow(local)
+
+	other := h.globalClaim(h.cred("b"), n, far)
+	for range n {
+		h.acquireNow(other)
+	}
+	h.mustWait(other, watch)
+}
+
+// testGlobalSlidingWindow: concurrent requests never exceed GlobalLimit
+// within any GlobalWindow.
+func testGlobalSlidingWindow(h *harness) {
+	const (
+		n      = 4
+		window = 300 * time.Millisecond
+		total  = 16
+		// tolerance covers the delay between a grant and the moment its
+		// goroutine reads the clock.
+		tolerance = window / 2
+	)
+	g := h.globalClaim(h.cred("a"), n, window)
+	ctx, cancel := context.WithTimeout(h.t.Context(), eventually)
+	defer cancel()
+	var chans []<-chan result
+	for range total {
+		chans = append(chans, h.acquireAsync(ctx, g))
+	}
+	var times []time.Time
+	for i, ch := range chans {
+		r := h.await(ch, "global request")
+		if r.err != nil {
+			h.t.Errorf("global request %d: Acquire = %v; want a permit", i, r.err)
+			continue
+		}
+		times = append(times, r.at)
+		h.update(r.p, limits(g, "h", 10000, 9000, far))
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 0; i+n < len(times); i++ {
+		if d := times[i+n].Sub(times[i]); d < window-tolerance {
+			h.t.Errorf("grants %d and %d of a credential came %v apart; want at least the global window %v (less %v tolerance) between a grant and the %dth after it",
+				i, i+n, d, window, tolerance, n)
+		}
+	}
+}
+
+// testGlobal429: a global 429 pauses the credential's global requests for
+// RetryAfter + Offset, and nothing else.
+func testGlobal429(h *harness) {
+	g := h.globalClaim(h.cred("a"), 1000, time.Second)
+	p := h.acquireNow(g)
+
+	const retry, offset = 250 * time.Millisecond, 50 * time.Millisecond
+	u := tooMany(g, store.ScopeGlobal, retry)
+	u.Offset = offset
+	t0 := time.Now()
+	h.update(p, u)
+
+	same := h.acquireAsync(h.t.Context(), g)
+	unknown := claim(g.Credential, routeEdit, major3)
+	unknown.Global, unknown.GlobalLimit, unknown.GlobalWindow = true, g.GlobalLimit, g.GlobalWindow
+	other := h.acquireAsync(h.t.Context(), unknown)
+
+	local := g
+	local.Global = false
+	h.acquireNow(local)
+	h.acquireNow(h.globalClaim(h.cred("b"), 1000, time.Second))
+
+	r := h.granted(same, "global request after a global 429")
+	h.notBefore(r, t0, retry+offset, "global request after a global 429")
+	r = h.granted(other, "global request on another route after a global 429")
+	h.notBefore(r, t0, retry+offset, "global request on another route after a global 429")
+}
+
+// testUser429: a user 429 blocks its bucket for RetryAfter + Offset.
+func testUser429(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 10, 9, 200*time.Millisecond)
+	c2 := claim(c.Credential, routeCreate, major2)
+	h.learn(c2, "h", 10, 9, far)
+	p := h.acquireNow(c)
+
+	const retry, offset = 300 * time.Millisecond, 50 * time.Millisecond
+	u := limits(c, "h", 10, 0, retry)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = retry
+	u.Offset = offset
+	t0 := time.Now()
+	h.update(p, u)
+
+	waiting := h.acquireAsync(h.t.Context(), c)
+	h.acquireNow(c2) // another major is not affected
+	r := h.granted(waiting, "request after a user 429")
+	h.notBefore(r, t0, retry+offset, "request after a user 429")
+}
+
+// testShared429: a shared 429 delays its bucket by RetryAfter and leaves its
+// counter alone.
+func testShared429(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	c2 := claim(c.Credential, routeCreate, major2)
+	h.learn(c2, "h", 5, 4, far)
+	p := h.acquireNow(c) // 3 left
+
+	const retry = 300 * time.Millisecond
+	u := limits(c, "h", 5, 3, far)
+	u.Status = 429
+	u.Scope = store.ScopeShared
+	u.RetryAfter = retry
+	t0 := time.Now()
+	h.update(p, u)
+
+	waiting := h.acquireAsync(h.t.Context(), c)
+	h.acquireNow(c2) // another major is not affected
+	r := h.granted(waiting, "request after a shared 429")
+	h.notBefore(r, t0, retry, "request after a shared 429")
+	// The shared 429 did not touch the counter: 2 of the 3 are left.
+	h.acquireNow(c)
+	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testBlocked429: a header-less 429 (a Cloudflare block) pauses every request
+// of the credential.
+func testBlocked429(h *harness) {
+	cred := h.cred("a")
+	bucketed := claim(cred, routeCreate, major1)
+	h.learn(bucketed, "h", 100, 99, far)
+	bare := claim(cred, routeMe, "")
+	h.update(h.acquireNow(bare), response(bare, 200)) // no bucket
+	p := h.acquireNow(bucketed)
+
+	const retry = 300 * time.Millisecond
+	t0 := time.Now()
+	h.update(p, tooMany(bucketed, store.ScopeBlocked, retry))
+
+	bucketedGlobal := bucketed
+	bucketedGlobal.Global = true
+	bareGlobal := bare
+	bareGlobal.Global = true
+	unknown := claim(cred, routeEdit, major2)
+	claims := []store.Claim{bucketed, bucketedGlobal, bare, bareGlobal, unknown}
+	var chans []<-chan result
+	for _, c := range claims {
+		chans = append(chans, h.acquireAsync(h.t.Context(), c))
+	}
+	for i, c := range claims {
+		what := fmt.Sprintf("%s after a blocked 429", describe(c))
+		r := h.await(chans[i], what)
+		if r.err != nil {
+			h.t.Errorf("%s: Acquire = %v; want a permit after the pause", what, r.err)
+			continue
+		}
+		h.notBefore(r, t0, retry, what)
+	}
+	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
+}
+
+// testUnsentGivesBackSlot: an Update with Sent false gives the slot back.
+func testUnsentGivesBackSlot(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far)
+	p := h.acquireNow(c)
+	h.mustWait(c, watch)
+	h.update(p, unsent(c))
+	h.acquireNow(c)
+	h.mustWait(c, watch)
+
+	// The probe of an unknown route.
+	u := claim(c.Credential, routeList, major2)
+	p = h.acquireNow(u)
+	waiting := h.acquireAsync(h.t.Context(), u)
+	waiting = h.stillWaiting(waiting, watch, "second request on an unknown route")
+	h.update(p, unsent(u))
+	h.granted(waiting, "request behind an unsent probe")
+}
+
+// testUnsentGivesBackGlobalSlot: an Update with Sent false gives back the
+// request's place in the global window.
+func testUnsentGivesBackGlobalSlot(h *harness) {
+	g := h.globalClaim(h.cred("a"), 2, far)
+	h.acquireNow(g)
+	p := h.acquireNow(g)
+	h.mustWait(g, watch)
+	h.update(p, unsent(g))
+	h.acquireNow(g)
+}
+
+// testInvalidBudget: 401, 403 and non-shared 429 responses count against
+// InvalidBudget; once it is spent, Acquire refuses.
+func testInvalidBudget(h *harness) {
+	cred := h.cred("a")
+	next := 0
+	c := func() store.Claim {
+		next++
+		cl := claim(cred, routeCreate, fmt.Sprintf("channels/%d", next))
+		cl.InvalidBudget = 3
+		return cl
+	}
+
+	c1 := c()
+	h.update(h.acquireNow(c1), response(c1, 403))
+	c2 := c()
+	h.update(h.acquireNow(c2), tooMany(c2, store.ScopeShared, 10*time.Millisecond)) // not counted
+	c3 := c()
+	u := response(c3, 401)
+	u.Cooldown = -1
+	h.update(h.acquireNow(c3), u)
+	c4 := c()
+	h.update(h.acquireNow(c4), tooMany(c4, store.ScopeUser, 10*time.Millisecond))
+
+	c5 := c()
+	ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+	defer cancel()
+	p, err := h.s.Acquire(ctx, c5)
+	if err == nil {
+		h.update(p, unsent(c5))
+		h.t.Fatalf("Acquire after 3 invalid responses with InvalidBudget 3 granted a permit")
+	}
+	we := h.waitError(err, store.ErrInvalidBudget, "spent invalid budget")
+	if we.Scope != store.ScopeGuard {
+		h.t.Errorf("WaitError.Scope = %q; want %q", we.Scope, store.ScopeGuard)
+	}
+
+	off := c()
+	off.InvalidBudget = -1
+	h.acquireNow(off)
+}
+
+// testUnauthorized: a 401 on the Authorization header makes the credential
+// fail fast for Cooldown.
+func testUnauthorized(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	u := response(c, 401)
+	u.Cooldown = time.Hour
+	h.update(h.acquireNow(c), u)
+
+	for _, cl := range []store.Claim{c, claim(c.Credential, routeMe, "")} {
+		ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+		_, err := h.s.Acquire(ctx, cl)
+		if err == nil {
+			h.t.Errorf("Acquire(%s) after a 401 granted a permit; want ErrUnauthorized", describe(cl))
+		} else {
+			if ctx.Err() != nil {
+				h.t.Errorf("Acquire(%s) after a 401 waited for the deadline; want it to fail at once", describe(cl))
+			}
+			we := h.waitError(err, store.ErrUnauthorized, describe(cl)+" after a 401")
+			if we.Scope != store.ScopeGuard {
+				h.t.Errorf("WaitError.Scope = %q; want %q", we.Scope, store.ScopeGuard)
+			}
+		}
+		cancel()
+	}
+	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
+
+	// Cooldown negative disables.
+	d := claim(h.cred("c"), routeCreate, major1)
+	u = response(d, 401)
+	u.Cooldown = -1
+	h.update(h.acquireNow(d), u)
+	h.acquireNow(d)
+
+	// The cooldown ends.
+	e := claim(h.cred("d"), routeCreate, major1)
+	u = response(e, 401)
+	u.Cooldown = 100 * time.Millisecond
+	h.update(h.acquireNow(e), u)
+	time.Sleep(500 * time.Millisecond)
+	h.acquireNow(e)
+}
+
+// testWebhookGone: a 404 or 401 on a token-authenticated route makes that
+// major fail fast for Cooldown.
+func testWebhookGone(h *harness) {
+	cred := h.cred("a")
+	hook := func(major string) store.Claim {
+		c := claim(cred, routeHook, major)
+		c.TokenAuth = true
+		return c
+	}
+	for _, status := range []int{404, 401} {
+		c := hook(fmt.Sprintf("webhooks/%d/token", status))
+		u := response(c, status)
+		u.Cooldown = time.Hour
+		h.update(h.acquireNow(c), u)
+
+		ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+		_, err := h.s.Acquire(ctx, c)
+		if err == nil {
+			h.t.Errorf("Acquire on a webhook that answered %d granted a permit; want ErrWebhookGone", status)
+		} else {
+			if ctx.Err() != nil {
+				h.t.Errorf("Acquire on a webhook that answered %d waited for the deadline; want it to fail at once", status)
+			}
+			we := h.waitError(err, store.ErrWebhookGone, fmt.Sprintf("webhook after %d", status))
+			if we.Scope != store.ScopeGuard {
+				h.t.Errorf("WaitError.Scope = %q; want %q", we.Scope, store.ScopeGuard)
+			}
+		}
+		cancel()
+	}
+	h.acquireNow(hook("webhooks/2/other"))
+	// Routes authenticated by the header are not affected.
+	h.acquireNow(claim(cred, routeCreate, major1))
+
+	// A 404 elsewhere is an ordinary answer.
+	c := claim(h.cred("b"), routeEdit, major1)
+	u := response(c, 404)
+	u.Cooldown = time.Hour
+	h.update(h.acquireNow(c), u)
+	h.acquireNow(c)
+
+	// Cooldown negative disables.
+	d := hook("webhooks/3/token")
+	u = response(d, 404)
+	u.Cooldown = -1
+	h.update(h.acquireNow(d), u)
+	h.acquireNow(d)
+}
+
+// testClose: Close releases every waiter with ErrClosed, is idempotent, and
+// refuses later requests.
+func testClose(h *harness) {
+	cred := h.cred("a")
+	exhausted := claim(cred, routeCreate, major1)
+	h.learn(exhausted, "h", 1, 0, far)
+	probe := claim(cred, routeList, major2)
+	h.acquireNow(probe)
+	g := h.globalClaim(h.cred("b"), 1, far)
+	h.acquireNow(g)
+
+	var chans []<-chan result
+	for _, c := range []store.Claim{exhausted, probe, g} {
+		chans = append(chans, h.queue(h.t.Context(), c))
+	}
+	if err := h.s.Close(); err != nil {
+		h.t.Errorf("Close() = %v; want nil", err)
+	}
+	if err := h.s.Close(); err != nil {
+		h.t.Errorf("second Close() = %v; want nil", err)
+	}
+	for i, ch := range chans {
+		what := fmt.Sprintf("waiter %d at Close", i)
+		r := h.await(ch, what)
+		if r.err == nil {
+			h.t.Errorf("%s got a permit; want ErrClosed", what)
+			continue
+		}
+		h.waitError(r.err, store.ErrClosed, what)
+	}
+	_, err := h.s.Acquire(h.t.Context(), claim(h.cred("c"), routeCreate, major1))
+	if err == nil {
+		h.t.Fatalf("Acquire after Close granted a permit; want ErrClosed")
+	}
+	h.waitError(err, store.ErrClosed, "Acquire after Close")
+}
+
+// testClaimDone: closing Claim.Done releases that waiter with ErrClosed and
+// no other.
+func testClaimDone(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const reset = 400 * time.Millisecond
+	t0 := time.Now()
+	h.learn(c, "h", 1, 0, reset)
+
+	done := make(chan struct{})
+	withDone := c
+	withDone.Done = done
+	a := h.queue(h.t.Context(), withDone)
+	b := h.queue(h.t.Context(), c)
+	close(done)
+	r := h.await(a, "waiter whose Done closed")
+	if r.err == nil {
+		h.t.Fatalf("waiter whose Done closed got a permit; want ErrClosed")
+	}
+	h.waitError(r.err, store.ErrClosed, "waiter whose Done closed")
+
+	r = h.granted(b, "waiter behind a released one")
+	h.notBefore(r, t0, reset, "waiter behind a released one")
+}
+
+// emulator plays one Discord bucket with fixed windows and counts requests
+// that arrive beyond its limit.
+type emulator struct {
+	mu     sync.Mutex // guards every field below
+	limit  int
+	window time.Duration
+	end    time.Time
+	used   int
+	over   int
+}
+
+// serve records a request arriving now and returns its response.
+func (e *emulator) serve(c store.Claim) store.Update {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !now.Before(e.end) {
+		e.end, e.used = now.Add(e.window), 0
+	}
+	e.used++
+	if e.used > e.limit {
+		e.over++
+	}
+	// Reset-After has millisecond precision, rounded up here.
+	after := (e.end.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond)
+	u := limits(c, "h", e.limit, max(0, e.limit-e.used), after)
+	u.Offset = 2 * time.Millisecond
+	return u
+}
+
+// testHammer: many goroutines on one bucket never send more than its limit
+// within one of Discord's windows.
+func testHammer(h *harness) {
+	const (
+		workers = 50
+		each    = 2
+	)
+	e := &emulator{limit: 10, window: 100 * time.Millisecond}
+	c := claim(h.cred("a"), routeCreate, major1)
+	ctx, cancel := context.WithTimeout(h.t.Context(), 2*eventually)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				p, err := h.s.Acquire(ctx, c)
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: Acquire = %w", i, err)
+					return
+				}
+				if err := h.s.Update(ctx, p, e.serve(c)); err != nil {
+					errs <- fmt.Errorf("worker %d: Update = %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		h.t.Error(err)
+	}
+	if e.over > 0 {
+		h.t.Errorf("%d requests arrived beyond the bucket's limit of %d per window", e.over, e.limit)
+	}
+}
