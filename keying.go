@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"hash"
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"sync"
@@ -23,6 +24,7 @@ type routeKey struct {
 	global     bool   // counts against the credential's global limit
 	tokenAuth  bool   // a webhook or interaction token in the path authenticates it
 	legacy     bool   // API before v8: 429 durations are milliseconds
+	dated      bool   // the route depended on the time (old-message delete)
 }
 
 // oldMessageSuffix marks the route of deleting a message older than 14 days,
@@ -42,6 +44,8 @@ type keyer struct {
 	pool   sync.Pool // of hash.Hash keyed with secret
 	last   atomic.Pointer[credEntry]
 	tmpl   templates
+	seed   maphash.Seed
+	paths  [pathCacheSize]atomic.Pointer[pathEntry]
 
 	mu    sync.RWMutex // guards cache
 	cache map[string]string
@@ -49,11 +53,21 @@ type keyer struct {
 
 type credEntry struct{ auth, id string }
 
+// pathEntry is a keyed path in the keyer's path cache: a bot sends to the
+// same channels over and over, so most requests are keyed by one lookup.
+type pathEntry struct {
+	method, path string
+	rk           routeKey
+}
+
+// pathCacheSize is the number of slots of the direct-mapped path cache.
+const pathCacheSize = 1024
+
 // maxCachedSecrets bounds the cache of secret -> hash.
 const maxCachedSecrets = 4096
 
 func newKeyer(secret []byte) *keyer {
-	k := &keyer{secret: secret, cache: make(map[string]string)}
+	k := &keyer{secret: secret, cache: make(map[string]string), seed: maphash.MakeSeed()}
 	k.pool.New = func() any { return hmac.New(sha256.New, k.secret) }
 	return k
 }
@@ -61,7 +75,11 @@ func newKeyer(secret []byte) *keyer {
 // key computes the route key of req; now tells the time, read only when
 // the route depends on it.
 func (k *keyer) key(req *http.Request, now func() time.Time) routeKey {
-	rk := parseRoute(req.Method, req.URL.Path, now, &k.tmpl)
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	rk := k.route(method, req.URL.Path, now)
 	if rk.major != "" && rk.tokenAuth && rk.major[0] == 'w' {
 		// webhooks/{id}/{token}: the token is part of the major parameter,
 		// but only as a hash.
@@ -72,6 +90,21 @@ func (k *keyer) key(req *http.Request, now func() time.Time) routeKey {
 		rk.credential = k.credential(auth)
 	} else {
 		rk.credential = store.Unauthenticated
+	}
+	return rk
+}
+
+// route keys method (not empty) and path, from the path cache when it can. Paths with
+// tokens are never cached (each is new, and holds a secret), nor routes that
+// depend on the time.
+func (k *keyer) route(method, path string, now func() time.Time) routeKey {
+	slot := &k.paths[(maphash.String(k.seed, path)+uint64(len(method))<<8+uint64(method[0]))%pathCacheSize]
+	if e := slot.Load(); e != nil && e.path == path && e.method == method {
+		return e.rk
+	}
+	rk := parseRoute(method, path, now, &k.tmpl)
+	if !rk.tokenAuth && !rk.dated {
+		slot.Store(&pathEntry{method: method, path: path, rk: rk})
 	}
 	return rk
 }
@@ -153,19 +186,15 @@ func parseRoute(method, path string, now func() time.Time, tmpl *templates) rout
 			continue
 		}
 		// One pass finds the segment's end and what it is made of.
-		end, digits, literal := i, true, true
+		end, class := i, byte(classDigit|classLiteral)
 		for ; end < len(path); end++ {
-			c := path[end]
-			if c == '/' {
+			k := byteClass[path[end]]
+			if k&classSlash != 0 {
 				break
 			}
-			if c < '0' || c > '9' {
-				digits = false
-				if literal && !literalByte(c) {
-					literal = false
-				}
-			}
+			class &= k
 		}
+		digits, literal := class&classDigit != 0, class&classLiteral != 0
 		seg := path[i:end]
 		digits = digits && len(seg) <= 20
 		buf = append(buf, '/')
@@ -212,8 +241,11 @@ func parseRoute(method, path string, now func() time.Time, tmpl *templates) rout
 	if n == 0 {
 		buf = append(buf, '/')
 	}
-	if msgID != "" && n == 4 && method == http.MethodDelete && olderThan14Days(msgID, now()) {
-		buf = append(buf, oldMessageSuffix...)
+	if msgID != "" && n == 4 && method == http.MethodDelete {
+		rk.dated = true
+		if olderThan14Days(msgID, now()) {
+			buf = append(buf, oldMessageSuffix...)
+		}
 	}
 	if tmpl != nil {
 		rk.route = tmpl.get(buf)
@@ -270,9 +302,19 @@ func appendLiteral(buf []byte, seg string, literal bool) []byte {
 	return buf
 }
 
-func literalByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '@' || c == '.'
-}
+func literalByte(c byte) bool { return byteClass[c]&classLiteral != 0 }
+
+// Byte classes for keying: digits, bytes kept as they are in route words
+// (letters, digits, '-', '_', '@', '.'), and the path separator.
+const (
+	classDigit   = 1
+	classLiteral = 2
+	classSlash   = 4
+)
+
+// byteClass maps every byte to its classes; a constant string, so it cannot
+// change.
+const byteClass = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x02\x04\x03\x03\x03\x03\x03\x03\x03\x03\x03\x03\x00\x00\x00\x00\x00\x00\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x00\x00\x00\x00\x02\x00\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 
 // olderThan14Days reports whether the snowflake id was created more than 14
 // days before now. Ids that do not parse are taken as recent.

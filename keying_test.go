@@ -205,3 +205,53 @@ func BenchmarkKey(b *testing.B) {
 		_ = k.key(req, now)
 	}
 }
+
+func TestPathCache(t *testing.T) {
+	t.Parallel()
+	k := newKeyer([]byte("k"))
+	now := time.Now
+	for i := 0; i < 3*pathCacheSize; i++ {
+		for _, method := range []string{"GET", "POST", ""} {
+			path := "/api/v10/channels/" + itoa(uint64(i)) + "/messages"
+			req, _ := http.NewRequest(method, "https://discord.com"+path, nil)
+			if method == "" {
+				req.Method = ""
+				method = "GET"
+			}
+			for range 2 { // a miss, then (usually) a hit
+				got := k.key(req, now)
+				want := parseRoute(method, path, now, nil)
+				want.credential = store.Unauthenticated
+				if got != want {
+					t.Fatalf("key(%s %s) = %+v; want %+v", method, path, got, want)
+				}
+			}
+		}
+	}
+	// Paths with tokens stay out of the cache.
+	req, _ := http.NewRequest("POST", "https://discord.com/api/v10/webhooks/1/"+webhookToken, nil)
+	k.key(req, now)
+	for i := range k.paths {
+		if e := k.paths[i].Load(); e != nil && strings.Contains(e.path, webhookToken) {
+			t.Fatalf("the path cache holds a token: %q", e.path)
+		}
+	}
+}
+
+// BenchmarkKeyMiss keys a new path every time: the parse without the path
+// cache.
+func BenchmarkKeyMiss(b *testing.B) {
+	k := newKeyer([]byte(defaultHashKey))
+	reqs := make([]*http.Request, 1<<14)
+	for i := range reqs {
+		reqs[i], _ = http.NewRequest("POST", "https://discord.com/api/v10/channels/"+itoa(uint64(1<<50+i*7919))+"/messages", nil)
+		reqs[i].Header.Set("Authorization", "Bot "+webhookToken)
+	}
+	now := time.Now
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k.paths[i%pathCacheSize].Store(nil)
+		_ = k.key(reqs[i%len(reqs)], now)
+	}
+}
