@@ -104,6 +104,7 @@ type route struct {
 	hash string // learned bucket hash; "" while unknown
 	none bool   // the route answers without rate-limit headers
 	seen time.Time
+	last *bucket // the bucket this route resolved to last, to skip a lookup
 }
 
 // bkey names a counter. Learned buckets have hash set and route empty; the
@@ -123,9 +124,11 @@ type bucket struct {
 	resetAt    time.Time // zero: the window has not started
 	estimated  bool      // resetAt is an estimate, replaced by the next response
 	window     time.Duration
+	span       time.Duration // shortest time a window has been seen to last: a lower bound for estimates
 	pauseUntil time.Time
 	pending    int // granted requests whose response has not been reported
 	retired    bool
+	removed    bool // swept: no longer in the credential's map
 	unlimited  bool // routes without a bucket: only pauses apply
 
 	q        queue
@@ -349,8 +352,11 @@ func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now time.Time) tim
 	if b != nil {
 		later(b.pauseUntil)
 		later(cr.blocked)
-		if b.known && b.remaining <= b.q.len() && b.resetAt.After(now) {
-			later(b.resetAt)
+		if ahead := b.q.len(); b.known && b.limit > 0 && b.remaining <= ahead && b.resetAt.After(now) {
+			// The refill at resetAt serves the first limit waiters in line;
+			// each further limit waits at least one more window.
+			windows := (ahead - max(b.remaining, 0)) / b.limit
+			later(b.resetAt.Add(time.Duration(windows) * b.span))
 		}
 	}
 	if c.Global {
@@ -387,6 +393,10 @@ func (s *Store) resolve(cr *cred, routeName, major string, now time.Time) *bucke
 		// apply, through the credential's unlimited bucket.
 		return s.unlimited(cr, now)
 	}
+	if b := r.last; b != nil && !b.removed && b.key.major == major && b.key.hash == r.hash && r.hash != "" {
+		b.lastUsed = now
+		return b
+	}
 	k := bkey{hash: r.hash, major: major}
 	if r.hash == "" {
 		k.route = routeName
@@ -405,6 +415,9 @@ func (s *Store) resolve(cr *cred, routeName, major string, now time.Time) *bucke
 		s.nbuckets++
 	}
 	b.lastUsed = now
+	if r.hash != "" && b.key.hash == r.hash {
+		r.last = b
+	}
 	return b
 }
 
@@ -490,6 +503,9 @@ func (b *bucket) observe(now time.Time, u *store.Update) {
 		after = max(b.window, time.Second)
 	}
 	reset := now.Add(store.ClampDuration(after) + store.ClampDuration(u.Offset))
+	if limit > 0 && remaining == limit-1 && u.ResetAfter > 0 && (b.span == 0 || u.ResetAfter < b.span) {
+		b.span = u.ResetAfter
+	}
 	if !b.known {
 		b.known = true
 		b.limit = limit
@@ -824,6 +840,7 @@ func (s *Store) sweep(now time.Time) {
 	for id, cr := range s.creds {
 		for k, b := range cr.buckets {
 			if b.idle(now) {
+				b.removed = true
 				delete(cr.buckets, k)
 				s.nbuckets--
 			}
