@@ -802,3 +802,23 @@ func TestNewServerPanicsOnBadOption(t *testing.T) {
 	s := NewServer(WithAddr("0.0.0.0:0"))
 	s.Close()
 }
+
+func TestLimitChangeIsUnavoidableUntilAnnounced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const post = "/api/v10/channels/1/messages"
+	for range 3 {
+		h.do("POST", post, botA, `{}`).want(t, 200, "X-RateLimit-Limit", "5")
+	}
+	// The limit drops below what the window already used: the client was
+	// told 2 remain, so its next request cannot have avoided the 429.
+	if err := h.srv.SetBucket(Bucket{Hash: hashMessageCreate, Limit: 2, Window: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	h.do("POST", post, botA, `{}`).want(t, 429, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "0")
+	// That 429 announced the new limit: the next one was avoidable.
+	h.do("POST", post, botA, `{}`).want(t, 429, "X-RateLimit-Scope", "user")
+	if st := h.srv.Stats(); st.Unavoidable != 1 || st.Avoidable != 1 {
+		t.Errorf("stats unavoidable %d avoidable %d; want 1 and 1", st.Unavoidable, st.Avoidable)
+	}
+}
