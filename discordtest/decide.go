@@ -42,10 +42,13 @@ type counterKey struct {
 	major string
 }
 
-// deliveredKey names a bucket as seen by one credential.
+// deliveredKey names a bucket as seen by one credential through one route:
+// a client learns which bucket a route uses only from that route's
+// responses.
 type deliveredKey struct {
-	cred string
-	hash string
+	cred  string
+	hash  string
+	route string
 }
 
 // result is the emulator's decision about one request.
@@ -133,7 +136,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 
 	if c != nil {
 		if ok, wait := c.check(now, l); !ok {
-			at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash}]
+			at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
 			res.avoidable = told && !at.After(q.arrival)
 			s.countInvalid(q.ip, now)
@@ -212,7 +215,7 @@ func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits
 		h.remaining = min(h.remaining, b.Announced)
 	}
 	res.headers = h
-	key := deliveredKey{cred: q.cred, hash: b.Hash}
+	key := deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}
 	if _, ok := s.delivered[key]; !ok {
 		s.delivered[key] = now.Add(back)
 	}
@@ -331,7 +334,7 @@ func (s *Server) sweep(now time.Time) {
 		return
 	}
 	s.lastSweep = now
-	live := make(map[deliveredKey]bool)
+	live := make(map[deliveredKey]bool) // by credential and hash; route left empty
 	for key, c := range s.counters {
 		if c.idle(now, s.limitsFor(key)) {
 			delete(s.counters, key)
@@ -342,7 +345,7 @@ func (s *Server) sweep(now time.Time) {
 		}
 	}
 	for key := range s.delivered {
-		if !live[key] {
+		if !live[deliveredKey{cred: key.cred, hash: key.hash}] {
 			delete(s.delivered, key)
 		}
 	}

@@ -822,3 +822,19 @@ func TestLimitChangeIsUnavoidableUntilAnnounced(t *testing.T) {
 		t.Errorf("stats unavoidable %d avoidable %d; want 1 and 1", st.Unavoidable, st.Avoidable)
 	}
 }
+
+func TestFirstRequestOfASharingRouteIsUnavoidable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for range 10 {
+		h.do("PATCH", "/api/v10/guilds/1/members/2", botA, `{}`).want(t, 200, "X-RateLimit-Bucket", hashMemberModify)
+	}
+	// The roles route shares the exhausted bucket, but the client has never
+	// been told so: its first 429 could not have been avoided; its second
+	// could.
+	h.do("PUT", "/api/v10/guilds/1/members/2/roles/3", botA, "").want(t, 429, "X-RateLimit-Bucket", hashMemberModify)
+	h.do("PUT", "/api/v10/guilds/1/members/2/roles/3", botA, "").want(t, 429, "X-RateLimit-Bucket", hashMemberModify)
+	if st := h.srv.Stats(); st.Unavoidable != 1 || st.Avoidable != 1 {
+		t.Errorf("stats unavoidable %d avoidable %d; want 1 and 1", st.Unavoidable, st.Avoidable)
+	}
+}

@@ -14,12 +14,15 @@ import (
 // got it:
 //   - every 429 with scope global is avoidable, since a client can keep its
 //     credential under the global limit;
-//   - a 429 with scope user from a bucket is avoidable when a response
-//     carrying that bucket's headers had reached the same credential (for any
-//     major parameter) by the time the request arrived. The response reaches
-//     the client when its injected latency has passed. A request sent before
-//     any such response arrived, for example one of several first requests
-//     racing for a new bucket, is unavoidable;
+//   - a 429 with scope user from a bucket is avoidable when a response of
+//     the same route carrying that bucket's headers had reached the same
+//     credential (for any major parameter) by the time the request arrived,
+//     and no live change of the bucket's limit has happened since. The
+//     response reaches the client when its injected latency has passed. A
+//     request sent before any such response arrived, for example one of
+//     several first requests racing for a new bucket, or the first request
+//     of a route that shares a busy bucket with routes the client knows, is
+//     unavoidable: nothing had told the client which bucket the route uses;
 //   - a 429 from the hidden sublimit and every 429 with scope shared are
 //     unavoidable, because no header announced them.
 //

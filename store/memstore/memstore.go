@@ -94,6 +94,7 @@ type cred struct {
 	blocked    time.Time // a Cloudflare block: every bucket of the credential pauses
 	deadUntil  time.Time
 	dead       map[string]time.Time // token-authenticated majors that answered 401 or 404
+	probes     map[string]int       // requests in flight on routes whose bucket is unknown, by major
 	timer      clock.Timer
 	timerAt    time.Time
 	lastUsed   time.Time
@@ -372,7 +373,7 @@ func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now time.Time) tim
 func (s *Store) cred(id string, now time.Time) *cred {
 	cr := s.creds[id]
 	if cr == nil {
-		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket)}
+		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]int)}
 		s.creds[id] = cr
 	}
 	cr.lastUsed = now
@@ -473,6 +474,9 @@ func (b *bucket) wakeAt(now time.Time) time.Time {
 
 func (b *bucket) take(now time.Time) {
 	b.pending++
+	if b.probe() {
+		b.c.probes[b.key.major]++
+	}
 	if !b.known || b.unlimited {
 		return
 	}
@@ -483,11 +487,25 @@ func (b *bucket) take(now time.Time) {
 	}
 }
 
-// giveBack returns a slot taken by a request that was never sent.
-func (b *bucket) giveBack() {
+// probe reports whether b is the counter of a route whose bucket is not
+// known yet.
+func (b *bucket) probe() bool { return b.key.route != "" && !b.unlimited }
+
+// settle counts a granted request as answered (or never sent).
+func (b *bucket) settle() {
 	if b.pending > 0 {
 		b.pending--
+		if b.probe() {
+			if b.c.probes[b.key.major]--; b.c.probes[b.key.major] <= 0 {
+				delete(b.c.probes, b.key.major)
+			}
+		}
 	}
+}
+
+// giveBack returns a slot taken by a request that was never sent.
+func (b *bucket) giveBack() {
+	b.settle()
 	if b.known && b.remaining < b.limit {
 		b.remaining++
 	}
@@ -510,6 +528,11 @@ func (b *bucket) observe(now time.Time, u *store.Update) {
 		b.known = true
 		b.limit = limit
 		b.remaining = remaining
+		if !b.probe() {
+			// Requests in flight on routes not learned yet may share this
+			// bucket: Discord has counted them, this response may not.
+			b.remaining = max(0, remaining-b.c.probes[b.key.major])
+		}
 		b.resetAt = reset
 		b.window = reset.Sub(now)
 		return
@@ -680,8 +703,8 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 		}
 		return nil
 	}
-	if granted != nil && granted.pending > 0 {
-		granted.pending--
+	if granted != nil {
+		granted.settle()
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.
