@@ -815,3 +815,37 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestRouteMovesToAnotherBucket(t *testing.T) {
+	t.Parallel()
+	f := newFakeDiscord()
+	f.delay = 20 * time.Millisecond // requests overlap
+	mock := httpmock.NewMockTransport()
+	wide := f.bucket("wide", 50, 200*time.Millisecond, false)
+	narrow := f.bucket("narrow", 3, 200*time.Millisecond, false)
+	var moved atomic.Bool
+	mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
+		if moved.Load() {
+			return narrow(r)
+		}
+		return wide(r)
+	})
+	c, _ := newClient(t, mock)
+	parallel(10, func(int) { okResp(t)(do(t, c, "POST", api+"/channels/1/messages", "Bot a")) })
+	moved.Store(true)
+	parallel(30, func(int) { okResp(t)(do(t, c, "POST", api+"/channels/1/messages", "Bot a")) })
+
+	// Requests already sent when the route moved may meet the narrow
+	// bucket's 429 (nothing announced the move); every request sent after
+	// the first response that named the new bucket must not.
+	sent, _, _ := f.stats()
+	if len(sent) < 11 {
+		t.Fatalf("server saw %d requests; want more than the first phase's 10", len(sent))
+	}
+	learned := sent[10].at // the first answer from the new bucket
+	for _, s := range sent[10:] {
+		if s.status == 429 && s.at.After(learned.Add(f.delay+10*time.Millisecond)) {
+			t.Errorf("a request sent %v after the new bucket was announced got a 429", s.at.Sub(learned)-f.delay)
+		}
+	}
+}
