@@ -42,9 +42,9 @@ const (
 	// DefaultGlobalLimit is Discord's default global limit per credential.
 	DefaultGlobalLimit = 50
 	// DefaultGlobalWindow is Discord's window of the global limit. Each
-	// request's window is counted from when its response arrived (at most
-	// the reset offset after it was sent), so a request that was slow to
-	// leave cannot share a window with later ones.
+	// request's window is counted from when its response arrived (the
+	// request reached Discord by then; at most 250 ms after its grant), so a
+	// request that was slow to leave cannot share a window with later ones.
 	DefaultGlobalWindow = time.Second
 	// DefaultMaxWait is the longest a request waits for a slot.
 	DefaultMaxWait = time.Minute

@@ -161,6 +161,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// globalHold is the least time a request's global slot is held after its
+// grant when no response has come back: a request may sit that long in
+// local queues and connection setup before it reaches Discord.
+const globalHold = 250 * time.Millisecond
+
 // claim describes the request to the store.
 func (t *Transport) claim(key routeKey) store.Claim {
 	return store.Claim{
@@ -171,7 +176,7 @@ func (t *Transport) claim(key routeKey) store.Claim {
 		TokenAuth:     key.tokenAuth,
 		GlobalLimit:   t.cfg.globalLimit,
 		GlobalWindow:  t.cfg.globalWindow,
-		Offset:        t.cfg.offset,
+		Offset:        max(t.cfg.offset, globalHold),
 		InvalidBudget: t.cfg.invalidBudget,
 		MaxWait:       t.cfg.maxWait,
 		Done:          t.done,

@@ -77,10 +77,10 @@ type Claim struct {
 	// GlobalWindow is the length of the sliding global window. Zero means one
 	// second.
 	GlobalWindow time.Duration
-	// Offset is the safety margin of the claim: a global slot is held from
-	// the grant until the response arrives, and at most Offset after the
-	// grant, before its window starts, so a request that took long to leave
-	// cannot land in the same window as the next ones.
+	// Offset bounds how long after its grant the request may reach Discord.
+	// Its global slot's window starts when its response arrives (it reached
+	// Discord by then), or Offset after the grant if that is earlier, so a
+	// request that was slow to leave cannot share a window with later ones.
 	Offset time.Duration
 	// InvalidBudget is the number of invalid responses (401, 403 and 429
 	// other than scope shared) allowed within [InvalidWindow] before the

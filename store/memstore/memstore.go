@@ -119,18 +119,33 @@ type bucket struct {
 	key bkey
 	c   *cred
 
-	known      bool // limit, remaining and window come from headers
-	limit      int
-	remaining  int
-	resetAt    time.Time // zero: the window has not started
-	estimated  bool      // resetAt is an estimate, replaced by the next response
-	window     time.Duration
-	span       time.Duration // shortest time a window has been seen to last: a lower bound for estimates
-	pauseUntil time.Time
-	pending    int // granted requests whose response has not been reported
-	retired    bool
-	removed    bool // swept: no longer in the credential's map
-	unlimited  bool // routes without a bucket: only pauses apply
+	known     bool // limit, remaining and window come from headers
+	limit     int
+	remaining int
+	resetAt   time.Time // zero: the window has not started
+	estimated bool      // resetAt is an estimate, replaced by the next response
+	window    time.Duration
+	span      time.Duration // shortest time a window has been seen to last: a lower bound for estimates
+	offset    time.Duration // the updates' safety margin
+
+	// A sliding window (a leaky bucket) gives its slots back one at a time.
+	// Headers do not say which kind a bucket is; it shows when the moment
+	// the bucket will be full again moves later with each request inside
+	// one window, which a fixed window never does.
+	sliding       bool
+	evidence      int           // consecutive observations that looked sliding
+	instant       time.Time     // when the last response said the bucket would be full
+	seenAt        time.Time     // when that response arrived
+	seenRemaining int           // and the Remaining it gave
+	level         float64       // the leaky-bucket model: requests counted at levelAt,
+	levelAt       time.Time     // draining one per tauHi
+	tauLo         time.Duration // bounds of the time one slot takes to drain,
+	tauHi         time.Duration // from Reset-After = level * tau and Remaining = floor(limit - level)
+	pauseUntil    time.Time
+	pending       int // granted requests whose response has not been reported
+	retired       bool
+	removed       bool // swept: no longer in the credential's map
+	unlimited     bool // routes without a bucket: only pauses apply
 
 	q        queue
 	timer    clock.Timer
@@ -449,11 +464,44 @@ func (b *bucket) available(now time.Time) bool {
 		// Probe: one request at a time until a response names the limits.
 		return b.pending == 0
 	}
-	if b.pending == 0 && !b.resetAt.IsZero() && !now.Before(b.resetAt) {
+	if !b.sliding && b.pending == 0 && !b.resetAt.IsZero() && !now.Before(b.resetAt) {
 		b.remaining = b.limit
 		b.resetAt = time.Time{}
 	}
-	return b.remaining > 0
+	return b.remaining > 0 || b.sliding && b.dripFree(now)
+}
+
+// tau is how long a sliding bucket is taken to need to give one slot back:
+// an upper bound of the real time, so the model never drains too fast.
+func (b *bucket) tau() time.Duration {
+	if b.tauHi > 0 {
+		return b.tauHi
+	}
+	return b.window / time.Duration(max(b.limit, 1))
+}
+
+// levelNow returns the model's level at now: what was counted, less what
+// has drained since.
+func (b *bucket) levelNow(now time.Time) float64 {
+	tau := b.tau()
+	if tau <= 0 || b.levelAt.IsZero() {
+		return b.level
+	}
+	return max(0, b.level-float64(now.Sub(b.levelAt))/float64(tau))
+}
+
+// dripFree reports whether the leaky-bucket model has a slot at now, one
+// offset's worth of drain to spare.
+func (b *bucket) dripFree(now time.Time) bool {
+	tau := b.tau()
+	return tau > 0 && b.levelNow(now)+float64(b.offset)/float64(tau)+1 <= float64(b.limit)
+}
+
+// dripAt returns when the model next has a slot.
+func (b *bucket) dripAt() time.Time {
+	tau := b.tau()
+	excess := b.level - (float64(b.limit) - 1 - float64(b.offset)/float64(tau))
+	return b.levelAt.Add(time.Duration(max(excess, 0) * float64(tau)))
 }
 
 // wakeAt returns when b may become available by the passing of time alone,
@@ -465,6 +513,10 @@ func (b *bucket) wakeAt(now time.Time) time.Time {
 	}
 	if at.After(now) {
 		return at
+	}
+	if b.known && b.remaining <= 0 && b.sliding {
+		// No refill at the reset: slots come back by the drip alone.
+		return later(b.dripAt(), now.Add(time.Millisecond))
 	}
 	if b.known && b.remaining <= 0 && b.pending == 0 && b.resetAt.After(now) {
 		return b.resetAt
@@ -480,6 +532,8 @@ func (b *bucket) take(now time.Time) {
 	if !b.known || b.unlimited {
 		return
 	}
+	b.level = b.levelNow(now) + 1
+	b.levelAt = now
 	b.remaining--
 	if b.resetAt.IsZero() {
 		b.resetAt = now.Add(b.window)
@@ -509,6 +563,9 @@ func (b *bucket) giveBack() {
 	if b.known && b.remaining < b.limit {
 		b.remaining++
 	}
+	if b.level >= 1 {
+		b.level-- // approximately: the model only errs towards full
+	}
 }
 
 // observe applies rate-limit headers received at now. Within a window the
@@ -524,6 +581,34 @@ func (b *bucket) observe(now time.Time, u *store.Update) {
 	if limit > 0 && remaining == limit-1 && u.ResetAfter > 0 && (b.span == 0 || u.ResetAfter < b.span) {
 		b.span = u.ResetAfter
 	}
+	b.offset = store.ClampDuration(u.Offset)
+	if u.ResetAfter >= 0 {
+		b.watchSliding(now, now.Add(u.ResetAfter), limit, remaining)
+	}
+	// The level a response reports: Reset-After divided by the shortest
+	// drain time it can be (precise to the millisecond), or failing that
+	// the count Remaining implies. Requests in flight are in the model
+	// already: take adds each grant. The model never forgets a request faster than the bucket drains: a
+	// reordered response showing a lower level does not lower it.
+	reported := float64(limit - remaining)
+	if u.ResetAfter >= 0 && limit > 0 {
+		used := limit - remaining // level is in (used-1, used]
+		if used >= 1 {
+			if lo := u.ResetAfter / time.Duration(used); lo > b.tauLo {
+				b.tauLo = lo
+			}
+		}
+		if used >= 2 {
+			if hi := u.ResetAfter / time.Duration(used-1); b.tauHi == 0 || hi < b.tauHi {
+				b.tauHi = hi
+			}
+		}
+		if b.tauLo > 0 {
+			reported = max(reported-1, float64(u.ResetAfter)/float64(b.tauLo))
+		}
+	}
+	b.level = max(b.levelNow(now), reported)
+	b.levelAt = now
 	if !b.known {
 		b.known = true
 		b.limit = limit
@@ -536,6 +621,9 @@ func (b *bucket) observe(now time.Time, u *store.Update) {
 		b.resetAt = reset
 		b.window = reset.Sub(now)
 		return
+	}
+	if limit != b.limit {
+		b.tauLo, b.tauHi = 0, 0 // the drain time changes with the limit
 	}
 	if limit > b.limit {
 		b.remaining += limit - b.limit
@@ -550,6 +638,47 @@ func (b *bucket) observe(now time.Time, u *store.Update) {
 	}
 	if w := reset.Sub(now); w > b.window {
 		b.window = w
+	}
+}
+
+// slidingGuard keeps the comparison of two responses inside one window of
+// a fixed bucket: a response that arrives within the last quarter of a
+// window (and at least this close to the announced reset) may already
+// belong to the next window, and is not compared.
+const slidingGuard = 20 * time.Millisecond
+
+// watchSliding compares a response with the previous one. Inside one
+// window, a fixed bucket's full-again moment stays put whatever the count,
+// while a sliding bucket's moves by window/limit per request counted
+// between the two responses (later for more used, earlier for fewer: the
+// comparison does not depend on the order responses arrive in). Two such
+// moves in a row make the bucket sliding; a count that changes while the
+// moment stays put makes it fixed again.
+func (b *bucket) watchSliding(now, instant time.Time, limit, remaining int) {
+	prev, prevSeen, prevRemaining := b.instant, b.seenAt, b.seenRemaining
+	b.instant, b.seenAt, b.seenRemaining = instant, now, remaining
+	if prevSeen.IsZero() || limit <= 0 || !now.Before(prev.Add(-max(slidingGuard, b.window/4))) {
+		return // no previous response in this window
+	}
+	k := prevRemaining - remaining // requests counted between the two
+	if k == 0 {
+		return
+	}
+	d := instant.Sub(prev)
+	if k < 0 {
+		k, d = -k, -d
+	}
+	tau := b.window / time.Duration(max(limit, 1))
+	switch {
+	case d > time.Duration(k)*max(tau/2, 2*time.Millisecond):
+		b.evidence++
+		if b.evidence >= 2 {
+			b.sliding = true
+		}
+	case d < 5*time.Millisecond && d > -5*time.Millisecond:
+		b.evidence = 0
+		b.sliding = false
+		b.tauLo, b.tauHi = 0, 0
 	}
 }
 
@@ -759,6 +888,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 					target.observe(now, u)
 				}
 				target.pauseUntil = later(target.pauseUntil, now.Add(retry))
+				target.sliding, target.evidence = false, 0
 				if target.known {
 					target.remaining = 0
 					if target.resetAt.Before(target.pauseUntil) {

@@ -353,3 +353,71 @@ func BenchmarkAcquireUpdate(b *testing.B) {
 		}
 	})
 }
+
+// burst learns a bucket of limit 10 per second from a first request, then
+// sends 9 more at once and reports their responses in the order given,
+// with the headers the bucket's kind would send (each response processed
+// 1 ms after the previous one).
+func burst(t *testing.T, s *Store, clk *clock.Fake, c store.Claim, sliding bool, order []int) {
+	t.Helper()
+	const limit, window = 10, time.Second
+	tau := window / limit
+	resetAfter := func(counted int) time.Duration {
+		if sliding {
+			return time.Duration(counted) * tau // level * window/limit
+		}
+		return window - time.Duration(counted-1)*time.Millisecond
+	}
+	update(t, s, acquire(t, s, c), headers(c, "h", limit, limit-1, resetAfter(1)))
+	var permits []store.Permit
+	for range limit - 1 {
+		permits = append(permits, acquire(t, s, c))
+	}
+	clk.Advance(10 * time.Millisecond)
+	for _, i := range order {
+		counted := i + 2
+		update(t, s, permits[i], headers(c, "h", limit, limit-counted, resetAfter(counted)-10*time.Millisecond))
+	}
+}
+
+func TestSlidingBucketDrips(t *testing.T) {
+	t.Parallel()
+	order := []int{3, 0, 8, 5, 1, 7, 2, 6, 4} // responses arrive out of order
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	burst(t, s, clk, c, true, order)
+	next := acquireAsync(t, s, c)
+	pending(t, next, "request on a full sliding bucket")
+	// One slot drains after window/limit (100 ms), plus margins: well
+	// before the bucket is empty again (1 s).
+	for range 30 {
+		clk.Advance(10 * time.Millisecond)
+		select {
+		case r := <-next:
+			if r.err != nil {
+				t.Fatalf("Acquire = %v", r.err)
+			}
+			if s.creds["bot"].buckets[bkey{hash: "h", major: "channels/1"}] == nil {
+				t.Fatal("bucket missing")
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no slot came back within 300 ms of a sliding bucket draining one per 100 ms")
+}
+
+func TestFixedBucketDoesNotDrip(t *testing.T) {
+	t.Parallel()
+	order := []int{3, 0, 8, 5, 1, 7, 2, 6, 4}
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	burst(t, s, clk, c, false, order)
+	next := acquireAsync(t, s, c)
+	for range 9 {
+		clk.Advance(100 * time.Millisecond)
+		pending(t, next, "request on a full fixed bucket before its reset")
+	}
+	clk.Advance(150 * time.Millisecond)
+	granted(t, next, "request after the fixed window's reset")
+}
