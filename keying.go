@@ -198,10 +198,10 @@ func parseRoute(method, path string, now func() time.Time, tmpl *templates) rout
 		seg := path[i:end]
 		digits = digits && len(seg) <= 20
 		buf = append(buf, '/')
-		switch {
-		case n == 0:
+		if n == 0 {
 			first, firstStart = seg, i
-			buf = appendLiteral(buf, seg, literal)
+		}
+		switch {
 		case n == 1 && digits && isMajorRoot(first):
 			buf = append(buf, ":id"...)
 			rk.major = path[firstStart:end]
