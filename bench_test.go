@@ -1,9 +1,13 @@
 package ratecord_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/ratecord/ratecord"
 )
@@ -15,8 +19,30 @@ type staticTransport struct{ resp *http.Response }
 func (s staticTransport) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, nil }
 
 // BenchmarkRoundTrip measures a request on a known bucket with slots to
-// spare: key, claim, send (no I/O), read the headers, update.
+// spare: key, claim, send (no I/O), read the headers, update. Telemetry is
+// off: the global OpenTelemetry providers are the default no-ops.
 func BenchmarkRoundTrip(b *testing.B) {
+	benchRoundTrip(b)
+}
+
+// BenchmarkRoundTripTelemetry is BenchmarkRoundTrip with telemetry on: an
+// SDK tracer provider sampling every span into a batch processor whose
+// exporter discards them, and an SDK meter provider with a manual reader.
+func BenchmarkRoundTripTelemetry(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+	defer tp.Shutdown(context.Background())
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	benchRoundTrip(b, ratecord.WithTracerProvider(tp), ratecord.WithMeterProvider(mp))
+}
+
+// discardExporter is a span exporter that drops everything.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+func benchRoundTrip(b *testing.B, opts ...ratecord.Option) {
 	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}
 	resp.Header.Set("X-RateLimit-Limit", "1000000")
 	resp.Header.Set("X-RateLimit-Remaining", "999999")
@@ -24,7 +50,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 	resp.Header.Set("X-RateLimit-Bucket", "abcdef")
 	// A global budget wide enough never to bind: this measures the path,
 	// not the waiting.
-	tr := ratecord.NewTransport(staticTransport{resp}, ratecord.WithGlobalLimit(100000, 10*time.Millisecond))
+	opts = append([]ratecord.Option{ratecord.WithGlobalLimit(100000, 10*time.Millisecond)}, opts...)
+	tr := ratecord.NewTransport(staticTransport{resp}, opts...)
 	defer tr.Close()
 	req, _ := http.NewRequest("POST", "https://discord.com/api/v10/channels/123456789012345678/messages", http.NoBody)
 	req.Header.Set("Authorization", "Bot MTIzNDU2Nzg5MDEyMzQ1Njc4.GaBcDe.secretsecretsecretsecretsecret")

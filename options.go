@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ratecord/ratecord/internal/clock"
 	"github.com/ratecord/ratecord/store"
 )
@@ -35,6 +38,10 @@ type config struct {
 	hashKey       []byte
 	retryUnsafe   bool
 	clock         clock.Clock
+
+	tracerProvider trace.TracerProvider // nil: the global one
+	meterProvider  metric.MeterProvider // nil: the global one
+	propagate      bool
 }
 
 // Defaults of a Transport without options.

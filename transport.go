@@ -25,6 +25,7 @@ type Transport struct {
 	keyer     *keyer
 	cfg       config
 	log       *slog.Logger
+	tel       *telemetry
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: releases every waiter
@@ -57,18 +58,21 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 		t.store = memstore.New()
 		t.ownsStore = true
 	}
+	t.tel = newTelemetry(&cfg, t.store)
 	return t
 }
 
 // Close releases every request waiting for a slot with a [*RateLimitError]
 // wrapping [ErrClosed], makes later requests fail the same way, and closes
 // the store if the transport created it. Requests already sent finish
-// normally. Close is idempotent and does not close the base transport's
+// normally. Close stops reporting the store's fallbacks to the meter
+// provider. It is idempotent and does not close the base transport's
 // connections (see [Transport.CloseIdleConnections]).
 func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.done)
+		t.tel.close()
 		if t.ownsStore {
 			err = t.store.Close()
 		}
@@ -91,18 +95,25 @@ func (t *Transport) CloseIdleConnections() {
 // It returns a *[RateLimitError] when it gives up before sending. A 429 it
 // does not retry (retries used up, or a body it cannot replay) is returned
 // as a response, body intact. req is never modified.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+//
+// With telemetry on (see [WithTracerProvider]) the request gets a span,
+// which the requests handed to the base transport carry in their context.
+func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	key := t.keyer.key(req, t.cfg.clock.Now)
+	ctx, tel := t.tel.start(req, &key) // ctx carries the request's span, if any
+	defer func() { tel.end(resp, err) }()
 	claim := t.claim(key)
 	var bo backoff.BackOff
 
 	for attempt := 1; ; attempt++ {
+		tel.queue(+1)
 		permit, err := t.store.Acquire(ctx, claim)
+		tel.queue(-1)
 		if err != nil {
 			closeBody(req)
-			return nil, t.giveUp(key, err, attempt)
+			return nil, t.giveUp(&tel, key, err, attempt)
 		}
+		tel.acquired(permit)
 
 		out, err := t.prepare(req, attempt)
 		if err != nil {
@@ -110,13 +121,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, err
 		}
-		resp, err := t.base.RoundTrip(out)
+		resp, err := t.base.RoundTrip(tel.outgoing(out))
 		if err != nil {
 			t.report(ctx, permit, t.update(key, true, nil, nil))
 			if t.retryable(req, attempt) && ctx.Err() == nil {
 				bo = t.nextBackOff(bo)
 				if wait := bo.NextBackOff(); t.sleep(ctx, wait) {
-					t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, RetryAfter: wait, Attempt: attempt, Err: err})
+					t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, RetryAfter: wait, Attempt: attempt, Err: err})
 					continue
 				}
 			}
@@ -139,13 +150,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests:
-			t.rateLimited(ctx, key, permit, resp, &lim, attempt)
+			t.rateLimited(ctx, &tel, key, permit, resp, &lim, attempt)
 			if attempt > t.cfg.retries || !replayable(req) {
-				t.event(Event{Kind: EventGaveUp, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+				t.event(&tel, Event{Kind: EventGaveUp, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 				return resp, nil
 			}
 			// The store now knows the wait: the next claim waits it.
-			t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 			drain(resp)
 		case resp.StatusCode >= 500 && t.retryable(req, attempt):
 			bo = t.nextBackOff(bo)
@@ -154,7 +165,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !t.sleep(ctx, wait) {
 				return nil, ctx.Err()
 			}
-			t.event(Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
+			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
 		default:
 			return resp, nil
 		}
@@ -251,14 +262,15 @@ func (t *Transport) update(key routeKey, sent bool, resp *http.Response, lim *li
 // request: the response is still the caller's; the failure is logged.
 func (t *Transport) report(ctx context.Context, p store.Permit, u store.Update) {
 	if err := t.store.Update(ctx, p, u); err != nil && !errors.Is(err, store.ErrClosed) {
+		t.tel.storeError(ctx, "update")
 		t.log.LogAttrs(ctx, slog.LevelError, "ratecord: store update failed",
 			slog.String("route", u.Route), slog.String("bucket", p.Bucket), slog.Any("error", err))
 	}
 }
 
 // rateLimited reports a 429.
-func (t *Transport) rateLimited(ctx context.Context, key routeKey, p store.Permit, resp *http.Response, lim *limits, attempt int) {
-	t.event(Event{Kind: EventRateLimited, Route: key.route, Bucket: lim.bucketOr(p.Bucket), Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+func (t *Transport) rateLimited(ctx context.Context, tel *reqTelemetry, key routeKey, p store.Permit, resp *http.Response, lim *limits, attempt int) {
+	t.event(tel, Event{Kind: EventRateLimited, Route: key.route, Bucket: lim.bucketOr(p.Bucket), Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 	level := slog.LevelWarn
 	if lim.scope == store.ScopeShared {
 		level = slog.LevelInfo
@@ -277,7 +289,8 @@ func (l *limits) bucketOr(b string) string {
 }
 
 // giveUp turns a store refusal into a *RateLimitError and reports it.
-func (t *Transport) giveUp(key routeKey, err error, attempt int) error {
+func (t *Transport) giveUp(tel *reqTelemetry, key routeKey, err error, attempt int) error {
+	tel.refused(err)
 	rl := &RateLimitError{Route: key.route, Err: err}
 	var we *store.WaitError
 	if errors.As(err, &we) {
@@ -287,14 +300,16 @@ func (t *Transport) giveUp(key routeKey, err error, attempt int) error {
 	if rl.Scope == store.ScopeGuard {
 		kind, level = EventGuardTripped, slog.LevelError
 	}
-	t.event(Event{Kind: kind, Route: rl.Route, Bucket: rl.Bucket, Scope: rl.Scope, RetryAfter: rl.RetryAfter, Attempt: attempt, Err: rl.Err})
+	t.event(tel, Event{Kind: kind, Route: rl.Route, Bucket: rl.Bucket, Scope: rl.Scope, RetryAfter: rl.RetryAfter, Attempt: attempt, Err: rl.Err})
 	t.log.LogAttrs(context.Background(), level, "ratecord: gave up",
 		slog.String("route", rl.Route), slog.String("bucket", rl.Bucket), slog.String("scope", string(rl.Scope)),
 		slog.Duration("retry_after", rl.RetryAfter), slog.Any("error", rl.Err))
 	return rl
 }
 
-func (t *Transport) event(e Event) {
+// event reports e to the request's telemetry and the event handler.
+func (t *Transport) event(tel *reqTelemetry, e Event) {
+	tel.event(&e)
 	if t.cfg.onEvent != nil {
 		t.cfg.onEvent(e)
 	}
