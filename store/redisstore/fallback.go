@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+const slogWarn = slog.LevelWarn
+
+func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
+func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
+
+// acquireLocal grants c through the local limiter, with 1/share of the
+// global limit.
+func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (store.Permit, error) {
+	limit := c.GlobalLimit
+	if limit <= 0 {
+		limit = store.DefaultGlobalLimit
+	}
+	c.GlobalLimit = max(1, limit/s.share)
+	p, err := s.local.Acquire(ctx, c)
+	if err != nil {
+		return store.Permit{}, err
+	}
+	return store.Permit{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
+}
+
+// localUpdate scales the limits a response reports down to this process's
+// share, so that the processes limiting locally stay within the bucket
+// together.
+func (s *Store) localUpdate(u store.Update) store.Update {
+	if u.HasLimit && s.share > 1 {
+		u.Limit = max(1, u.Limit/s.share)
+		u.Remaining = max(0, u.Remaining/s.share)
+	}
+	return u
+}
+
+// probe pings Redis every probe interval while the Store limits locally,
+// and switches back to Redis as soon as it answers.
+func (s *Store) probe() {
+	defer s.wg.Done()
+	t := time.NewTimer(s.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+		err := s.client.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.probing = false
+			s.degraded.Store(false)
+			s.mu.Unlock()
+			s.recoveries.Add(1)
+			s.log.LogAttrs(context.Background(), slog.LevelInfo, "ratecord: redis available again, limiting through it")
+			return
+		}
+		s.errs.Add(1)
+		t.Reset(s.probeEvery)
+	}
+}

@@ -1,0 +1,74 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// noBucket is the value the routes hash holds for a route that answers
+// without rate-limit headers. It cannot be a bucket hash sent by Discord.
+const noBucket = "\x00"
+
+// Bucket kinds, as the scripts number them.
+const (
+	kindLearned = 0 // a learned (hash, major) counter
+	kindProbe   = 1 // the probe of a (route, major) whose hash is unknown
+	kindNone    = 2 // the credential's bucket for routes without one
+)
+
+// digest returns a short hex SHA-256 digest of the parts joined by NUL.
+func digest(parts ...string) string {
+	h := sha256.New()
+	for i, p := range parts {
+		if i > 0 {
+			h.Write([]byte{0})
+		}
+		h.Write([]byte(p))
+	}
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+}
+
+// credKeys names the keys of one credential. Every key shares the hash tag
+// {digest(credential)}, so all of them live in one Redis Cluster slot.
+type credKeys struct {
+	base string // "<prefix>:{<tag>}:"
+}
+
+func (s *Store) keysOf(credential string) credKeys {
+	return credKeys{base: s.prefix + ":{" + digest(credential) + "}:"}
+}
+
+func (k credKeys) routes() string  { return k.base + "r" }
+func (k credKeys) cred() string    { return k.base + "c" }
+func (k credKeys) global() string  { return k.base + "g" }
+func (k credKeys) invalid() string { return k.base + "i" }
+
+// dead is the cooldown key of a token-authenticated major.
+func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }
+
+func (k credKeys) bucket(bid string) string    { return k.base + "b:" + bid }
+func (k credKeys) pending(bid string) string   { return k.base + "p:" + bid }
+func (k credKeys) tickets(bid string) string   { return k.base + "w:" + bid }
+func (k credKeys) ticketExp(bid string) string { return k.base + "x:" + bid }
+
+// learnedID names the counter of bucket hash on major.
+func learnedID(hash, major string) string { return "h" + digest(hash, major) }
+
+// probeID names the probe counter of route on major.
+func probeID(route, major string) string { return "r" + digest(route, major) }
+
+// noneID names the credential's counter for routes without a bucket.
+const noneID = "n"
+
+// bucketID returns the id of the counter a permit of kind was granted from.
+func bucketID(kind int, hash, route, major string) string {
+	switch kind {
+	case kindLearned:
+		return learnedID(hash, major)
+	case kindNone:
+		return noneID
+	default:
+		return probeID(route, major)
+	}
+}

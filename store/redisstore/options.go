@@ -1,0 +1,149 @@
+package redisstore
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a Store. Options are applied in order over the
+// defaults; a nil Option is ignored.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// FailurePolicy says what a Store does when Redis cannot be reached.
+type FailurePolicy int
+
+const (
+	// FailOpen, the default, keeps granting requests through a limiter local
+	// to the process, with a conservative share of every limit (see
+	// [WithLocalShare]), and returns to Redis by itself once it answers
+	// again. Each switch is logged and counted in [Stats].
+	FailOpen FailurePolicy = iota
+	// FailClosed refuses requests while Redis cannot be reached: Acquire
+	// returns a *[store.WaitError] wrapping [ErrUnavailable] and the cause.
+	FailClosed
+)
+
+// String returns "fail-open" or "fail-closed".
+func (p FailurePolicy) String() string {
+	if p == FailClosed {
+		return "fail-closed"
+	}
+	return "fail-open"
+}
+
+// Defaults of the options.
+const (
+	DefaultPrefix         = "ratecord"
+	DefaultLocalShare     = 4
+	DefaultPendingTimeout = 2 * time.Minute
+	DefaultPollInterval   = 20 * time.Millisecond
+	DefaultProbeInterval  = time.Second
+	DefaultMaxBatch       = 64
+)
+
+// WithPrefix sets the prefix of every key the Store writes (default
+// [DefaultPrefix]). Stores with different prefixes share nothing, even on
+// one server. An empty prefix is ignored.
+func WithPrefix(prefix string) Option {
+	return optionFunc(func(s *Store) {
+		if prefix != "" {
+			s.prefix = prefix
+		}
+	})
+}
+
+// WithFailurePolicy sets what the Store does when Redis cannot be reached
+// (default [FailOpen]).
+func WithFailurePolicy(p FailurePolicy) Option {
+	return optionFunc(func(s *Store) {
+		if p == FailOpen || p == FailClosed {
+			s.policy = p
+		}
+	})
+}
+
+// WithLocalShare sets the number of processes assumed to share each
+// credential while Redis is unreachable under [FailOpen] (default
+// [DefaultLocalShare]): the local limiter then allows each process 1/n of
+// the global limit and of every bucket's limit, at least one request per
+// window. Values below 1 are ignored.
+func WithLocalShare(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n >= 1 {
+			s.share = n
+		}
+	})
+}
+
+// WithLogger sets the logger that reports switches to and from the local
+// limiter (default: none). A nil logger is ignored.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(s *Store) {
+		if l != nil {
+			s.log = l
+		}
+	})
+}
+
+// WithOnFallback sets a function called with the Redis error each time the
+// Store switches to its local limiter under [FailOpen], for metrics. It is
+// called from the goroutine that saw the error and must not block. A nil
+// function is ignored.
+func WithOnFallback(f func(error)) Option {
+	return optionFunc(func(s *Store) {
+		if f != nil {
+			s.onFallback = f
+		}
+	})
+}
+
+// WithPendingTimeout sets how long a granted request counts as in flight
+// when its Update never comes (default [DefaultPendingTimeout]): a bucket
+// whose window has passed refills only once every request granted in it was
+// reported or timed out, so a crashed process blocks a bucket at most this
+// long. It should exceed the longest request. Values <= 0 are ignored.
+func WithPendingTimeout(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.pendingTimeout = d
+		}
+	})
+}
+
+// WithPollInterval sets how often a queue waiting for responses reported by
+// other processes asks Redis again (default [DefaultPollInterval], doubled
+// up to eight times while nothing changes). Responses reported through the
+// same Store wake its queues at once. Values <= 0 are ignored.
+func WithPollInterval(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.poll = d
+		}
+	})
+}
+
+// WithProbeInterval sets how often a Store that fell back to its local
+// limiter checks whether Redis answers again (default
+// [DefaultProbeInterval]). Values <= 0 are ignored.
+func WithProbeInterval(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.probeEvery = d
+		}
+	})
+}
+
+// WithMaxBatch sets how many waiters of one process queue a single claim
+// may grant at once (default [DefaultMaxBatch]). 1 disables batching.
+// Values below 1 are ignored.
+func WithMaxBatch(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n >= 1 {
+			s.maxBatch = n
+		}
+	})
+}

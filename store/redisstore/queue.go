@@ -1,0 +1,397 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// qkey names a process-local queue.
+type qkey struct {
+	cred, route, major string
+}
+
+// lqueue is the FIFO of this process's waiters on one (credential, route,
+// major). Its driver goroutine claims slots for the waiters at its front:
+// however many goroutines wait, one Redis call at a time is made for them.
+type lqueue struct {
+	key     qkey
+	id      string // the queue's ticket in Redis
+	waiters []*waiter
+	wakeup  chan struct{} // capacity 1: a kick for the driver
+
+	// What the driver learned from its last claim, guarded by Store.mu.
+	hash       string      // the bucket hash the queue waits on, or ""
+	scope      store.Scope // what made it wait
+	boundUntil time.Time   // the wait is known to last until then at least
+	unknown    bool        // waiting for a response: a local Update wakes it
+	bid        string      // the bucket id the queue last claimed on
+	sleepUntil time.Time   // when the driver's current sleep ends
+	ticket     bool        // holds a ticket in bucket bid's line
+}
+
+// Waiter states.
+const (
+	waiting    = iota
+	granted    // permit set
+	failed     // err set
+	handedOver // the local limiter decides
+	abandoned  // the waiter gave up
+)
+
+type waiter struct {
+	claim    store.Claim
+	ready    chan struct{} // closed when state leaves waiting
+	start    time.Time
+	deadline time.Time // ctx's deadline, or zero
+	state    int       // guarded by Store.mu
+	permit   store.Permit
+	err      error
+}
+
+// kick wakes the driver of q if it sleeps.
+func (q *lqueue) kick() {
+	select {
+	case q.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// boundFrom returns how long a new waiter is known to wait at least.
+func (q *lqueue) boundFrom(now time.Time) time.Duration {
+	if q.boundUntil.After(now) {
+		return q.boundUntil.Sub(now)
+	}
+	return 0
+}
+
+func (q *lqueue) remove(w *waiter) {
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// settle moves w out of the queue with a final state; s.mu must be held.
+func (q *lqueue) settle(w *waiter, state int) {
+	w.state = state
+	close(w.ready)
+}
+
+// queue returns the queue of k, creating it and starting its driver; s.mu
+// must be held.
+func (s *Store) queue(k qkey) *lqueue {
+	q := s.queues[k]
+	if q != nil {
+		return q
+	}
+	q = &lqueue{key: k, id: s.id + ":q" + digest(k.cred, k.route, k.major), wakeup: make(chan struct{}, 1)}
+	s.queues[k] = q
+	m := s.byCred[k.cred]
+	if m == nil {
+		m = make(map[*lqueue]struct{})
+		s.byCred[k.cred] = m
+	}
+	m[q] = struct{}{}
+	s.wg.Add(1)
+	go s.drive(q)
+	return q
+}
+
+// drop forgets q; s.mu must be held.
+func (s *Store) drop(q *lqueue) {
+	delete(s.queues, q.key)
+	if m := s.byCred[q.key.cred]; m != nil {
+		delete(m, q)
+		if len(m) == 0 {
+			delete(s.byCred, q.key.cred)
+		}
+	}
+}
+
+// dropTicket leaves the line of the bucket q waited on, so that a queue
+// that emptied without being served keeps no slot from other processes.
+func (s *Store) dropTicket(q *lqueue) {
+	k := s.keysOf(q.key.cred)
+	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	defer cancel()
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, k.tickets(q.bid), q.id)
+		p.ZRem(ctx, k.ticketExp(q.bid), q.id)
+		return nil
+	})
+	if err != nil && s.ctx.Err() == nil {
+		s.errs.Add(1)
+	}
+}
+
+// compatible reports whether two claims of one queue may share a claim call.
+func compatible(a, b *store.Claim) bool {
+	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.GlobalWindow == b.GlobalWindow &&
+		a.Offset == b.Offset && a.InvalidBudget == b.InvalidBudget && a.TokenAuth == b.TokenAuth
+}
+
+// drive claims slots for q's waiters until the queue is empty or the Store
+// closes.
+func (s *Store) drive(q *lqueue) {
+	defer s.wg.Done()
+	idle := 0 // consecutive waits for a response, for the poll back-off
+	for {
+		s.mu.Lock()
+		if s.closed || len(q.waiters) == 0 {
+			s.drop(q)
+			ticket := q.ticket && !s.closed
+			s.mu.Unlock()
+			if ticket {
+				s.dropTicket(q)
+			}
+			return
+		}
+		if s.degraded.Load() {
+			for _, w := range q.waiters {
+				q.settle(w, handedOver)
+			}
+			q.waiters = nil
+			s.drop(q)
+			s.mu.Unlock()
+			return
+		}
+		head := q.waiters[0].claim
+		n := 1
+		for n < len(q.waiters) && n < s.maxBatch && compatible(&head, &q.waiters[n].claim) {
+			n++
+		}
+		guess := s.guesses[q.key.cred+"\x00"+q.key.route]
+		s.mu.Unlock()
+
+		prefix := s.nextID() + ":"
+		r, err := s.claim(&head, guess, n, prefix, q.id)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				continue // closing
+			}
+			s.failed(err)
+			if s.policy == FailClosed {
+				s.fail(q, &head, &store.WaitError{Err: fmt.Errorf("%w: claim: %w", ErrUnavailable, err)})
+				s.sleep(q, s.poll)
+			}
+			continue
+		}
+		switch r.kind {
+		case replyResolve:
+			s.mu.Lock()
+			s.setGuess(q.key.cred+"\x00"+q.key.route, r.hash)
+			s.mu.Unlock()
+		case replyRefuse:
+			werr := &store.WaitError{Scope: store.ScopeGuard, RetryAfter: time.Duration(r.retry) * time.Millisecond}
+			switch r.reason {
+			case 1:
+				werr.Err = store.ErrInvalidBudget
+			case 2:
+				werr.Err = store.ErrUnauthorized
+			default:
+				werr.Err = store.ErrWebhookGone
+			}
+			s.fail(q, &head, werr)
+		case replyGrant:
+			idle = 0
+			s.grant(q, &head, guess, r, prefix)
+		case replyWait:
+			d := time.Duration(r.sleep) * time.Millisecond
+			if r.bound == 0 {
+				d = min(d<<min(idle, 3), 8*s.poll)
+				idle++
+			} else {
+				idle = 0
+			}
+			s.waitFor(q, &head, guess, r, d)
+			s.sleep(q, d)
+		}
+	}
+}
+
+// claim runs claim.lua for up to n waiters like c.
+func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (claimReply, error) {
+	k := s.keysOf(c.Credential)
+	pid := probeID(c.Route, c.Major)
+	var bid string
+	switch guess {
+	case "":
+		bid = pid // unused: the probe keys follow
+	case noBucket:
+		bid = noneID
+	default:
+		bid = learnedID(guess, c.Major)
+	}
+	keys := []string{
+		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(c.Major),
+		k.bucket(bid), k.pending(bid), k.tickets(bid), k.ticketExp(bid),
+		k.bucket(pid), k.pending(pid),
+	}
+	glimit := c.GlobalLimit
+	if glimit <= 0 {
+		glimit = store.DefaultGlobalLimit
+	}
+	gwindow := c.GlobalWindow
+	if gwindow <= 0 {
+		gwindow = store.DefaultGlobalWindow
+	}
+	budget := c.InvalidBudget
+	if budget == 0 {
+		budget = store.DefaultInvalidBudget
+	}
+	args := []any{
+		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
+		millis(store.ClampDuration(c.Offset)), budget, flag(c.TokenAuth), n, prefix,
+		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
+	}
+	v, err := claimScript.Run(s.ctx, s.client, keys, args...).Result()
+	if err != nil {
+		return claimReply{}, err
+	}
+	return parseClaim(v)
+}
+
+// grant hands the slots of r to the waiters at the front of q and gives
+// back those nobody is left to take.
+func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string) {
+	hash := ""
+	if r.bkind == kindLearned {
+		hash = guess
+	}
+	var surplus []store.Permit
+	s.mu.Lock()
+	q.boundUntil, q.unknown, q.hash, q.ticket = time.Time{}, false, hash, r.ticket
+	q.bid = bucketID(r.bkind, hash, q.key.route, q.key.major)
+	for i := 1; i <= r.count; i++ {
+		p := store.Permit{Bucket: hash, Handle: &permit{
+			cred: q.key.cred, route: q.key.route, major: q.key.major,
+			kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global,
+		}}
+		if len(q.waiters) > 0 && compatible(head, &q.waiters[0].claim) {
+			w := q.waiters[0]
+			q.waiters = q.waiters[1:]
+			w.permit = p
+			q.settle(w, granted)
+			continue
+		}
+		surplus = append(surplus, p)
+	}
+	s.mu.Unlock()
+	for _, p := range surplus {
+		s.giveBack(p)
+	}
+}
+
+// waitFor records a wait reply and fails the waiters whose deadline or
+// MaxWait comes before its known end.
+func (s *Store) waitFor(q *lqueue, head *store.Claim, guess string, r claimReply, sleep time.Duration) {
+	now := time.Now()
+	bound := time.Duration(r.bound) * time.Millisecond
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q.sleepUntil = now.Add(sleep)
+	if r.ticket {
+		q.ticket = true
+	}
+	switch guess {
+	case "":
+		q.bid = probeID(head.Route, head.Major)
+	case noBucket:
+		q.bid = noneID
+	default:
+		q.bid = learnedID(guess, head.Major)
+	}
+	q.scope = [...]store.Scope{store.ScopeUser, store.ScopeUser, store.ScopeGlobal, store.ScopeShared}[r.scope]
+	if guess != noBucket {
+		q.hash = guess
+	}
+	q.unknown = r.bound == 0
+	q.boundUntil = time.Time{}
+	if bound <= 0 {
+		return
+	}
+	q.boundUntil = now.Add(bound)
+	kept := q.waiters[:0]
+	for _, w := range q.waiters {
+		var err error
+		switch {
+		case !w.deadline.IsZero() && q.boundUntil.After(w.deadline):
+			err = context.DeadlineExceeded
+		case w.claim.MaxWait > 0 && q.boundUntil.After(w.start.Add(w.claim.MaxWait)):
+			err = store.ErrWaitTooLong
+		}
+		if err == nil {
+			kept = append(kept, w)
+			continue
+		}
+		w.err = &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: bound, Err: err}
+		q.settle(w, failed)
+	}
+	clear(q.waiters[len(kept):])
+	q.waiters = kept
+}
+
+// fail settles the waiters of q that made the same claim as head with err.
+func (s *Store) fail(q *lqueue, head *store.Claim, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := q.waiters[:0]
+	for _, w := range q.waiters {
+		if !compatible(head, &w.claim) {
+			kept = append(kept, w)
+			continue
+		}
+		w.err = err
+		q.settle(w, failed)
+	}
+	clear(q.waiters[len(kept):])
+	q.waiters = kept
+}
+
+// sleep waits d, or until q is kicked or the Store closes.
+func (s *Store) sleep(q *lqueue, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-q.wakeup:
+	case <-s.done:
+	}
+}
+
+// failed counts a Redis error and applies the failure policy to the Store
+// as a whole.
+func (s *Store) failed(err error) {
+	s.errs.Add(1)
+	if s.policy != FailOpen || errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+		return
+	}
+	if !s.degraded.CompareAndSwap(false, true) {
+		return
+	}
+	s.fallbacks.Add(1)
+	s.log.LogAttrs(context.Background(), slogWarn, "ratecord: redis unavailable, limiting locally",
+		attrErr(err), attrShare(s.share))
+	if s.onFallback != nil {
+		s.onFallback(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		q.kick()
+	}
+	if !s.probing && !s.closed {
+		s.probing = true
+		s.wg.Add(1)
+		go s.probe()
+	}
+}

@@ -1,0 +1,414 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
+)
+
+// ErrUnavailable means Redis could not be reached or answered in a way the
+// Store does not understand. Under [FailClosed], Acquire returns a
+// *[store.WaitError] whose error wraps both ErrUnavailable and the cause;
+// Update returns such an error under either policy.
+var ErrUnavailable = errors.New("redisstore: redis unavailable")
+
+// Store is a [store.Store] that keeps rate-limit state in Redis, shared by
+// every process that uses the same server (or cluster) and key prefix.
+// Create one with [New]; the zero value is not usable. It is safe for
+// concurrent use.
+type Store struct {
+	mu      sync.Mutex // guards queues, byCred, guesses, closed and probing
+	queues  map[qkey]*lqueue
+	byCred  map[string]map[*lqueue]struct{}
+	guesses map[string]string // credential NUL route -> last known hash
+	closed  bool
+	probing bool
+
+	client     redis.UniversalClient
+	prefix     string
+	policy     FailurePolicy
+	share      int
+	log        *slog.Logger
+	onFallback func(error)
+
+	pendingTimeout time.Duration
+	poll           time.Duration
+	probeEvery     time.Duration
+	maxBatch       int
+
+	id     string // random, unique to this Store: prefixes permit and queue ids
+	seq    atomic.Uint64
+	ctx    context.Context // canceled by Close; bounds every Redis call of the drivers
+	cancel context.CancelFunc
+	done   chan struct{}
+	wg     sync.WaitGroup // drivers and the prober
+
+	local    *memstore.Store
+	degraded atomic.Bool
+
+	fallbacks  atomic.Uint64
+	recoveries atomic.Uint64
+	errs       atomic.Uint64
+}
+
+var _ store.Store = (*Store)(nil)
+
+const (
+	// bucketTTL is how long a bucket's state outlives its reset and pauses.
+	bucketTTL = 10 * time.Minute
+	// routeTTL is how long a learned route -> bucket mapping outlives its
+	// last use.
+	routeTTL = time.Hour
+	// maxGuesses bounds the process-local cache of learned routes.
+	maxGuesses = 1 << 16
+	// wakeSlack is how much earlier than planned a queue must be able to go
+	// for an Update to wake it.
+	wakeSlack = 2 * time.Millisecond
+	// probeTimeout bounds one PING of the prober.
+	probeTimeout = time.Second
+)
+
+// New returns a Store that keeps its state in Redis through client: a
+// [redis.Client], a [redis.Ring] or a [redis.ClusterClient]. The Store does
+// not own client: Close leaves it open. New does no I/O and starts no
+// goroutine; see [Store.Close].
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		queues:         make(map[qkey]*lqueue),
+		byCred:         make(map[string]map[*lqueue]struct{}),
+		guesses:        make(map[string]string),
+		client:         client,
+		prefix:         DefaultPrefix,
+		policy:         FailOpen,
+		share:          DefaultLocalShare,
+		log:            slog.New(slog.DiscardHandler),
+		pendingTimeout: DefaultPendingTimeout,
+		poll:           DefaultPollInterval,
+		probeEvery:     DefaultProbeInterval,
+		maxBatch:       DefaultMaxBatch,
+		id:             hex.EncodeToString(id[:]),
+		ctx:            ctx,
+		cancel:         cancel,
+		done:           make(chan struct{}),
+		local:          memstore.New(),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(s)
+		}
+	}
+	return s
+}
+
+// Stats counts what the failure policy did.
+type Stats struct {
+	// Errors is the number of Redis calls that failed.
+	Errors uint64
+	// Fallbacks is the number of switches to the local limiter.
+	Fallbacks uint64
+	// Recoveries is the number of returns from the local limiter to Redis.
+	Recoveries uint64
+	// Local reports whether the Store currently uses its local limiter.
+	Local bool
+}
+
+// Stats returns the Store's counters. It is safe for concurrent use.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Errors:     s.errs.Load(),
+		Fallbacks:  s.fallbacks.Load(),
+		Recoveries: s.recoveries.Load(),
+		Local:      s.degraded.Load(),
+	}
+}
+
+// Acquire implements [store.Store]. Waiters queue in a FIFO per
+// (credential, route, major) in this process; the queue's driver asks Redis
+// for slots on behalf of the waiters at its front.
+func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Permit{}, &store.WaitError{Err: err}
+	}
+	select {
+	case <-c.Done:
+		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+	default:
+	}
+	start := time.Now()
+	if s.degraded.Load() {
+		return s.acquireLocal(ctx, c, start)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+	}
+	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major})
+	w := &waiter{claim: c, ready: make(chan struct{}), start: start}
+	if dl, ok := ctx.Deadline(); ok {
+		w.deadline = dl
+	}
+	q.waiters = append(q.waiters, w)
+	if wait := q.boundFrom(start); wait > 0 && tooLong(ctx, &c, start, wait) != nil {
+		// The last known wait outlasts this waiter: let the driver check
+		// again now, so that it fails at once if that still holds.
+		q.kick()
+	}
+	s.mu.Unlock()
+	return s.wait(ctx, q, w)
+}
+
+// wait blocks until the driver settles w or the waiter gives up.
+func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (store.Permit, error) {
+	var expired <-chan time.Time
+	if w.claim.MaxWait > 0 {
+		t := time.NewTimer(w.claim.MaxWait)
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-w.ready:
+		return s.settled(ctx, w)
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-w.claim.Done:
+		err = store.ErrClosed
+	case <-s.done:
+		err = store.ErrClosed
+	case <-expired:
+		err = store.ErrWaitTooLong
+	}
+
+	now := time.Now()
+	s.mu.Lock()
+	werr := &store.WaitError{Bucket: q.hash, Scope: q.scope, Err: err}
+	if !s.closed {
+		werr.RetryAfter = q.boundFrom(now)
+	}
+	if w.state != waiting {
+		// The driver settled w while it gave up: give back what it got.
+		s.mu.Unlock()
+		if w.state == granted {
+			s.giveBack(w.permit)
+		}
+		return store.Permit{}, werr
+	}
+	w.state = abandoned
+	q.remove(w)
+	s.mu.Unlock()
+	q.kick()
+	return store.Permit{}, werr
+}
+
+// settled returns what the driver decided for w.
+func (s *Store) settled(ctx context.Context, w *waiter) (store.Permit, error) {
+	switch w.state {
+	case granted:
+		w.permit.Waited = time.Since(w.start)
+		return w.permit, nil
+	case handedOver:
+		return s.acquireLocal(ctx, w.claim, w.start)
+	default:
+		return store.Permit{}, w.err
+	}
+}
+
+// giveBack returns a permit nobody will use.
+func (s *Store) giveBack(p store.Permit) {
+	h, ok := p.Handle.(*permit)
+	if !ok {
+		return
+	}
+	_ = s.apply(context.Background(), h, store.Update{
+		Credential: h.cred, Route: h.route, Major: h.major, Global: h.global,
+	})
+}
+
+// tooLong reports whether a wait of d is known to end after ctx's deadline
+// or the claim's MaxWait.
+func tooLong(ctx context.Context, c *store.Claim, now time.Time, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+		return context.DeadlineExceeded
+	}
+	if c.MaxWait > 0 && d > c.MaxWait {
+		return store.ErrWaitTooLong
+	}
+	return nil
+}
+
+// permit is the Handle of a permit granted through Redis.
+type permit struct {
+	cred, route, major string
+	kind               int
+	hash               string // the learned hash, for kindLearned
+	member             string // the permit's id in the pending and global sets
+	global             bool
+}
+
+// localPermit is the Handle of a permit granted by the local limiter.
+type localPermit struct{ p store.Permit }
+
+// Update implements [store.Store]. It applies u in one script call, even
+// when ctx is done. Permits granted by the local limiter go back to it.
+func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return store.ErrClosed
+	}
+	switch h := p.Handle.(type) {
+	case *localPermit:
+		return s.local.Update(ctx, h.p, s.localUpdate(u))
+	case *permit:
+		return s.apply(context.WithoutCancel(ctx), h, u)
+	default:
+		// Not a permit of this Store: learn from the response without
+		// releasing any slot.
+		h2 := &permit{cred: u.Credential, route: u.Route, major: u.Major, kind: kindProbe}
+		return s.apply(context.WithoutCancel(ctx), h2, u)
+	}
+}
+
+// apply runs update.lua for the permit h.
+func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
+	k := s.keysOf(h.cred)
+	gid := bucketID(h.kind, h.hash, h.route, h.major)
+	tid := gid
+	if u.Bucket != "" {
+		tid = learnedID(u.Bucket, h.major)
+	}
+	keys := []string{
+		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(h.major),
+		k.bucket(gid), k.pending(gid), k.bucket(tid),
+	}
+	resetAfter := int64(-1)
+	if u.ResetAfter >= 0 {
+		resetAfter = millis(store.ClampDuration(u.ResetAfter))
+	}
+	offset := store.ClampDuration(u.Offset)
+	cooldown := u.Cooldown
+	if cooldown == 0 {
+		cooldown = store.DefaultCooldown
+	}
+	cooldownMs := int64(-1)
+	if cooldown > 0 {
+		cooldownMs = millis(store.ClampDuration(cooldown))
+	}
+	args := []any{
+		u.Route, h.member, flag(u.Sent), u.Status, u.Bucket, flag(u.HasLimit),
+		u.Limit, u.Remaining, resetAfter, string(u.Scope),
+		millis(store.ClampDuration(u.RetryAfter) + offset), millis(offset),
+		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
+		millis(bucketTTL), millis(routeTTL),
+	}
+	v, err := updateScript.Run(ctx, s.client, keys, args...).Result()
+	var wake int64
+	if err == nil {
+		wake, err = parseUpdate(v)
+	}
+	if err != nil {
+		s.failed(err)
+		return fmt.Errorf("%w: update: %w", ErrUnavailable, err)
+	}
+	bid := gid
+	if u.Sent {
+		s.learn(h.cred, u)
+		bid = tid
+	}
+	s.wake(h.cred, bid, wake)
+	return nil
+}
+
+// learn records in the process-local cache what u taught about its route,
+// so that the next claim names the right keys at once.
+func (s *Store) learn(cred string, u store.Update) {
+	var hash string
+	switch {
+	case u.Bucket != "":
+		hash = u.Bucket
+	case u.Status >= 200 && u.Status < 300 && !u.HasLimit:
+		hash = noBucket
+	default:
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := cred + "\x00" + u.Route
+	if old, ok := s.guesses[key]; ok && (old == hash || hash == noBucket && old != "") {
+		return
+	}
+	s.setGuess(key, hash)
+}
+
+// setGuess caches a route's hash; s.mu must be held.
+func (s *Store) setGuess(key, hash string) {
+	if _, ok := s.guesses[key]; !ok && len(s.guesses) >= maxGuesses {
+		clear(s.guesses)
+	}
+	s.guesses[key] = hash
+}
+
+// wake kicks the queues of cred that wait on bucket bid and sleep past the
+// moment it may grant again (wake ms from now, -1 when only another
+// response can open it), and those that wait for a response on another
+// bucket (the response may have moved their route).
+func (s *Store) wake(cred, bid string, wake int64) {
+	at := time.Now().Add(time.Duration(wake)*time.Millisecond + wakeSlack)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for q := range s.byCred[cred] {
+		if q.bid == bid && wake >= 0 && q.sleepUntil.After(at) || q.unknown && q.bid != bid {
+			q.kick()
+		}
+	}
+}
+
+// Close implements [store.Store]: it releases every waiter with
+// [store.ErrClosed], stops the Store's goroutines and waits for them. It
+// does not close the Redis client. Close is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	s.cancel()
+	s.mu.Unlock()
+	s.wg.Wait()
+	return s.local.Close()
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// millis converts d to whole milliseconds, rounding up.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func (s *Store) nextID() string {
+	return s.id + ":" + strconv.FormatUint(s.seq.Add(1), 36)
+}
