@@ -58,6 +58,8 @@ type RateLimitError struct {
 	Err error
 }
 
+// Error describes the give-up: route, scope, bucket, expected wait and
+// cause. It never contains a token.
 func (e *RateLimitError) Error() string {
 	scope := string(e.Scope)
 	if scope == "" {
@@ -93,6 +95,7 @@ const (
 	EventGuardTripped
 )
 
+// String returns the kind's name, such as "rate_limited".
 func (k EventKind) String() string {
 	switch k {
 	case EventRateLimited:

@@ -210,6 +210,7 @@ type WaitError struct {
 	Err error
 }
 
+// Error describes the cause, the scope and the expected wait.
 func (e *WaitError) Error() string {
 	s := string(e.Scope)
 	if s == "" {
