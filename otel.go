@@ -62,10 +62,10 @@ const (
 // redacted replaces webhook and interaction tokens in telemetry.
 const redacted = "REDACTED"
 
-// FallbackCounter is implemented by a store that can grant requests from a
-// local limiter while its shared backend is unreachable. Fallbacks returns
-// how many requests it granted that way since it was created, and must be
-// safe for concurrent use. A [Transport] whose store implements
+// FallbackCounter is implemented by a store that can switch to a local
+// limiter while its shared backend is unreachable. Fallbacks returns how
+// many times it switched since it was created, and must be safe for
+// concurrent use. A [Transport] whose store implements
 // FallbackCounter reports the count as the discord.ratelimit.store.fallbacks
 // metric; transports that share such a store under one meter provider each
 // report the store's whole count.
@@ -180,7 +180,7 @@ func newTelemetry(cfg *config, s store.Store) *telemetry {
 		otel.Handle(err)
 		t.retries, _ = noop.Int64Counter(metricRetries)
 	}
-	if t.queued, err = m.Int64UpDownCounter(metricQueued, metric.WithUnit("{request}"),
+	if t.queued, err = m.Int64UpDownCounter(metricQueued, metric.WithUnit("{fallback}"),
 		metric.WithDescription("Requests waiting for a slot.")); err != nil {
 		otel.Handle(err)
 		t.queued, _ = noop.Int64UpDownCounter(metricQueued)
@@ -195,8 +195,8 @@ func newTelemetry(cfg *config, s store.Store) *telemetry {
 		otel.Handle(err)
 		t.refused, _ = noop.Int64Counter(metricRefused)
 	}
-	if t.fallbacks, err = m.Int64ObservableCounter(metricFallbacks, metric.WithUnit("{request}"),
-		metric.WithDescription("Requests a store granted from its local limiter because its backend failed.")); err != nil {
+	if t.fallbacks, err = m.Int64ObservableCounter(metricFallbacks, metric.WithUnit("{fallback}"),
+		metric.WithDescription("Times a store switched to its local limiter because its backend failed.")); err != nil {
 		otel.Handle(err)
 		t.fallbacks, _ = noop.Int64ObservableCounter(metricFallbacks)
 	}
