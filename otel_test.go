@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jarcoal/httpmock"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,6 +30,7 @@ import (
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/memstore"
+	"github.com/ratecord/ratecord/store/redisstore"
 )
 
 // rig records what a transport reports: ended spans, and metrics on demand.
@@ -710,6 +713,67 @@ var secretStores = []struct {
 		t.Cleanup(func() { s.Close() })
 		return s, nil
 	}},
+	{"redisstore", newRedisSecretStore},
+}
+
+// newRedisSecretStore opens a Redis store on REDIS_ADDR (default
+// 127.0.0.1:6379) under a key prefix of its own, and dumps every key and
+// value under that prefix. Without a server the test is skipped, or fails
+// when CI=true.
+func newRedisSecretStore(t *testing.T) (store.Store, func() string) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { client.Close() })
+	if err := client.Ping(t.Context()).Err(); err != nil {
+		msg := fmt.Sprintf("no Redis at %s (%v): set REDIS_ADDR to run the secrets test against the Redis store", addr, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	prefix := fmt.Sprintf("ratecord-secrets-test-%d", time.Now().UnixNano())
+	s := redisstore.New(client, redisstore.WithPrefix(prefix))
+	ctx := context.Background()
+	keys := func() []string {
+		var all []string
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			all = append(all, iter.Val())
+		}
+		return all
+	}
+	t.Cleanup(func() {
+		s.Close()
+		if ks := keys(); len(ks) > 0 {
+			client.Del(ctx, ks...)
+		}
+	})
+	return s, func() string {
+		var b strings.Builder
+		ks := keys()
+		if len(ks) == 0 {
+			t.Errorf("the Redis store wrote no key under %q; the dump would prove nothing", prefix)
+		}
+		for _, k := range ks {
+			fmt.Fprintf(&b, "%s ", k)
+			switch client.Type(ctx, k).Val() {
+			case "hash":
+				fmt.Fprintln(&b, client.HGetAll(ctx, k).Val())
+			case "zset":
+				fmt.Fprintln(&b, client.ZRangeWithScores(ctx, k, 0, -1).Val())
+			case "string":
+				fmt.Fprintln(&b, client.Get(ctx, k).Val())
+			case "list":
+				fmt.Fprintln(&b, client.LRange(ctx, k, 0, -1).Val())
+			case "set":
+				fmt.Fprintln(&b, client.SMembers(ctx, k).Val())
+			}
+		}
+		return b.String()
+	}
 }
 
 func TestNoSecretsInTelemetry(t *testing.T) {
