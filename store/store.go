@@ -225,6 +225,19 @@ func (e *WaitError) Error() string {
 // Unwrap returns e.Err.
 func (e *WaitError) Unwrap() error { return e.Err }
 
+// CheckWait reports whether a wait of d starting at now is known to end
+// after ctx's deadline (context.DeadlineExceeded) or after the claim's
+// MaxWait ([ErrWaitTooLong]). Stores use it to fail fast.
+func CheckWait(ctx context.Context, c *Claim, now time.Time, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+		return context.DeadlineExceeded
+	}
+	if c.MaxWait > 0 && d > c.MaxWait {
+		return ErrWaitTooLong
+	}
+	return nil
+}
+
 // ClampDuration bounds d to [0, 24h]: stores use it on durations read from
 // responses so that absurd values cannot overflow time arithmetic.
 func ClampDuration(d time.Duration) time.Duration {

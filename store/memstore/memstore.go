@@ -95,8 +95,7 @@ type cred struct {
 	deadUntil  time.Time
 	dead       map[string]time.Time // token-authenticated majors that answered 401 or 404
 	probes     map[string]int       // requests in flight on routes whose bucket is unknown, by major
-	timer      clock.Timer
-	timerAt    time.Time
+	alarm      alarm                // pumps the global queue when its window opens
 	lastUsed   time.Time
 }
 
@@ -148,8 +147,7 @@ type bucket struct {
 	unlimited     bool // routes without a bucket: only pauses apply
 
 	q        queue
-	timer    clock.Timer
-	timerAt  time.Time
+	alarm    alarm // pumps the bucket when time alone may open it
 	lastUsed time.Time
 }
 
@@ -207,7 +205,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	}
 
 	if wait := s.estimate(cr, b, c, now); wait > 0 {
-		if err := tooLong(ctx, c, now, wait); err != nil {
+		if err := store.CheckWait(ctx, c, now, wait); err != nil {
 			scope := store.ScopeUser
 			if b == nil || (c.Global && b.q.empty() && b.available(now)) {
 				scope = store.ScopeGlobal
@@ -341,18 +339,6 @@ func (s *Store) refuse(cr *cred, c *store.Claim, now time.Time) error {
 	}
 	if now.Before(cr.deadUntil) {
 		return &store.WaitError{Scope: store.ScopeGuard, RetryAfter: cr.deadUntil.Sub(now), Err: store.ErrUnauthorized}
-	}
-	return nil
-}
-
-// tooLong reports whether a wait of d is known to end after ctx's deadline
-// or the claim's MaxWait.
-func tooLong(ctx context.Context, c *store.Claim, now time.Time, d time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
-		return context.DeadlineExceeded
-	}
-	if c.MaxWait > 0 && d > c.MaxWait {
-		return store.ErrWaitTooLong
 	}
 	return nil
 }
@@ -773,37 +759,46 @@ func (s *Store) arm(b *bucket, now time.Time) {
 	if at.IsZero() {
 		return
 	}
-	if b.timer != nil {
-		if !b.timerAt.After(at) {
-			return
-		}
-		b.timer.Stop()
-	}
-	b.timerAt = at
-	b.timer = s.clock.AfterFunc(at.Sub(now), func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		b.timer = nil
-		s.pumpBucket(b, s.clock.Now())
-	})
+	s.wake(&b.alarm, now, at, func() { s.pumpBucket(b, s.clock.Now()) })
 }
 
 func (s *Store) armGlobal(cr *cred, now, at time.Time) {
 	if !at.After(now) {
 		at = now.Add(time.Millisecond)
 	}
-	if cr.timer != nil {
-		if !cr.timerAt.After(at) {
+	s.wake(&cr.alarm, now, at, func() { s.pumpGlobal(cr, s.clock.Now(), 0) })
+}
+
+// alarm is a timer that only ever moves earlier.
+type alarm struct {
+	timer clock.Timer
+	at    time.Time
+}
+
+func (a *alarm) armed() bool { return a.timer != nil }
+
+func (a *alarm) stop() {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+}
+
+// wake sets a to run pump under the store's lock at at, unless it is set
+// to go off no later already.
+func (s *Store) wake(a *alarm, now, at time.Time, pump func()) {
+	if a.timer != nil {
+		if !a.at.After(at) {
 			return
 		}
-		cr.timer.Stop()
+		a.timer.Stop()
 	}
-	cr.timerAt = at
-	cr.timer = s.clock.AfterFunc(at.Sub(now), func() {
+	a.at = at
+	a.timer = s.clock.AfterFunc(at.Sub(now), func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		cr.timer = nil
-		s.pumpGlobal(cr, s.clock.Now(), 0)
+		a.timer = nil
+		pump()
 	})
 }
 
@@ -964,13 +959,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.done)
 	for _, cr := range s.creds {
-		if cr.timer != nil {
-			cr.timer.Stop()
-		}
+		cr.alarm.stop()
 		for _, b := range cr.buckets {
-			if b.timer != nil {
-				b.timer.Stop()
-			}
+			b.alarm.stop()
 		}
 	}
 	return nil
@@ -1015,14 +1006,14 @@ func (s *Store) sweep(now time.Time) {
 }
 
 func (b *bucket) idle(now time.Time) bool {
-	if b.pending > 0 || !b.q.empty() || b.timer != nil || now.Before(b.pauseUntil) {
+	if b.pending > 0 || !b.q.empty() || b.alarm.armed() || now.Before(b.pauseUntil) {
 		return false
 	}
 	return b.retired || !b.known || b.resetAt.IsZero() || !now.Before(b.resetAt)
 }
 
 func (cr *cred) idle(now time.Time) bool {
-	if !cr.globalQ.empty() || cr.timer != nil || now.Before(cr.pauseUntil) || now.Before(cr.deadUntil) {
+	if !cr.globalQ.empty() || cr.alarm.armed() || now.Before(cr.pauseUntil) || now.Before(cr.deadUntil) {
 		return false
 	}
 	t, ok := cr.global.newest()
