@@ -33,6 +33,7 @@ func commands() []command {
 	return []command{
 		{name: "emulator", summary: "serve the Discord rate-limit emulator on a loopback address", run: runEmulator},
 		{name: "bench", summary: "measure rate limiters against the emulator: utilization, 429s, lateness", run: runBench},
+		{name: "proxy", summary: "serve a reverse proxy to Discord's API that keeps every bot inside the rate limits", run: runProxy},
 	}
 }
 
