@@ -6,6 +6,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +34,19 @@ type Client interface {
 type Limiter struct {
 	Name string
 	New  func(base http.RoundTripper) Client
+	// NewRun, if set, is called instead of New with the id of the scenario
+	// run, the same in every process of the run and different in every
+	// run: a shared store keys the run's state with it.
+	NewRun func(run string, base http.RoundTripper) Client
+	// Cleanup, if set, is called with the run's id once the run ended, in
+	// the process that owns the emulator.
+	Cleanup func(run string)
+}
+
+// CommandCounter is implemented by clients whose limiter keeps its state in
+// a shared store: StoreCommands returns the commands sent to it so far.
+type CommandCounter interface {
+	StoreCommands() int64
 }
 
 // HTTPClient adapts an http.Client (with whatever transport) to Client.
@@ -159,15 +174,21 @@ type Result struct {
 	OverMax      float64 `json:"deadline_overshoot_max_ms,omitempty"`
 	OverN        int     `json:"deadline_requests,omitempty"`
 	Errors       int     `json:"client_errors"`
+	// StoreCommands counts the commands every process sent to a shared
+	// store (Redis), and StorePerRequest divides them by Requests; both
+	// are zero for limiters without one.
+	StoreCommands   int64   `json:"redis_commands,omitempty"`
+	StorePerRequest float64 `json:"redis_commands_per_request,omitempty"`
 }
 
 // Options of a run.
 type Options struct {
 	Duration time.Duration
 	Procs    int
-	// Spawn starts a worker process for part of the load and returns its
-	// deadline overshoots; nil runs everything in this process.
-	Spawn func(ctx context.Context, scenario, limiter, url string, part, parts int, d time.Duration) ([]time.Duration, error)
+	// Spawn starts a worker process for part of the load of the scenario
+	// run with id run and returns its report; nil runs everything in this
+	// process.
+	Spawn func(ctx context.Context, run, scenario, limiter, url string, part, parts int, d time.Duration) (WorkerReport, error)
 	// Progress receives a line per run; may be nil.
 	Progress io.Writer
 }
@@ -205,9 +226,13 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 	}
 	defer srv.Close()
 	procs := max(o.Procs, 1)
-	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	runCtx, cancel := runContext(ctx, o.Duration)
 	defer cancel()
 	start := time.Now()
+	run := runID(sc.Name, lim.Name)
+	if lim.Cleanup != nil {
+		defer lim.Cleanup(run)
+	}
 
 	rec := &recorder{}
 	var wg sync.WaitGroup
@@ -218,21 +243,19 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
 	}
 	if procs == 1 || o.Spawn == nil {
-		RunLoad(runCtx, sc, lim, srv.URL(), 0, 1, rec)
+		RunLoad(runCtx, run, sc, lim, srv.URL(), 0, 1, rec)
 	} else {
 		for p := 0; p < procs; p++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				over, err := o.Spawn(ctx, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
+				rep, err := o.Spawn(ctx, run, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil && spawnErr == nil {
 					spawnErr = err
 				}
-				for _, d := range over {
-					rec.add(d)
-				}
+				rec.merge(rep)
 			}()
 		}
 	}
@@ -244,29 +267,75 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 	return summarize(sc, lim.Name, procs, start, o.Duration, st, rec), nil
 }
 
-// RunLoad runs one process's share of a scenario's load against the
-// emulator at url until ctx ends, recording deadline overshoots in rec (which
-// may be nil).
-func RunLoad(ctx context.Context, sc Scenario, lim Limiter, url string, part, parts int, rec *recorder) {
+// runContext returns a context canceled after d. It has no deadline: the
+// end of a run is not a deadline of the requests in flight, and a limiter
+// must not fail them early because their wait outlasts the run.
+func runContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	t := time.AfterFunc(d, cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
+	}
+}
+
+// runID returns an id unique to one run of limiter on scenario.
+func runID(scenario, limiter string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%s:%d:%s", scenario, limiter, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// RunLoad runs one process's share of the load of scenario run run against
+// the emulator at url until ctx ends, recording deadline overshoots and
+// store commands in rec (which may be nil).
+func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts int, rec *recorder) {
 	if rec == nil {
 		rec = &recorder{}
 	}
 	base := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
-	c := lim.New(base)
+	var c Client
+	if lim.NewRun != nil {
+		c = lim.NewRun(run, base)
+	} else {
+		c = lim.New(base)
+	}
 	defer c.Close()
 	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
 	sc.Load(ctx, env)
+	if cc, ok := c.(CommandCounter); ok {
+		rec.mu.Lock()
+		rec.commands += cc.StoreCommands()
+		rec.counted = true
+		rec.mu.Unlock()
+	}
 }
 
-// RunWorker is the body of a worker process: it runs its part and writes
-// its deadline overshoots to w as JSON.
-func RunWorker(ctx context.Context, sc Scenario, lim Limiter, url string, part, parts int, d time.Duration, w io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
+// WorkerReport is what a worker process tells the process that owns the
+// emulator, as JSON on its standard output.
+type WorkerReport struct {
+	// Overshoots are how long after their deadlines requests returned.
+	Overshoots []time.Duration `json:"overshoots"`
+	// StoreCommands counts the commands sent to a shared store; Counted
+	// reports whether the limiter has one.
+	StoreCommands int64 `json:"store_commands"`
+	Counted       bool  `json:"counted"`
+	// Errors counts requests that got no response.
+	Errors int `json:"errors"`
+}
+
+// RunWorker is the body of a worker process: it runs its part of the
+// scenario run run and writes its [WorkerReport] to w as JSON.
+func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts int, d time.Duration, w io.Writer) error {
+	ctx, cancel := runContext(ctx, d)
 	defer cancel()
 	rec := &recorder{}
-	RunLoad(ctx, sc, lim, url, part, parts, rec)
-	return json.NewEncoder(w).Encode(rec.all())
+	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
+	rec.mu.Lock()
+	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors}
+	rec.mu.Unlock()
+	return json.NewEncoder(w).Encode(rep)
 }
 
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
@@ -303,13 +372,31 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 		r.OverP50, r.OverP99, r.OverMax = percentileMS(over, 0.50), percentileMS(over, 0.99), percentileMS(over, 1)
 	}
 	r.Errors = rec.errors
+	if rec.counted {
+		r.StoreCommands = rec.commands
+		if st.Requests > 0 {
+			r.StorePerRequest = float64(rec.commands) / float64(st.Requests)
+		}
+	}
 	return r
 }
 
 type recorder struct {
-	mu     sync.Mutex
-	over   []time.Duration
-	errors int
+	mu       sync.Mutex // guards every field below
+	over     []time.Duration
+	errors   int
+	commands int64
+	counted  bool
+}
+
+// merge adds a worker's report.
+func (r *recorder) merge(rep WorkerReport) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.over = append(r.over, rep.Overshoots...)
+	r.errors += rep.Errors
+	r.commands += rep.StoreCommands
+	r.counted = r.counted || rep.Counted
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -335,18 +422,35 @@ func percentileMS(ds []time.Duration, p float64) float64 {
 	return float64(s[i]) / float64(time.Millisecond)
 }
 
-// PrintTable writes the results as an aligned text table.
+// PrintTable writes the results as an aligned text table. A column of
+// Redis commands per request follows when a row has a shared store.
 func PrintTable(w io.Writer, rs []Result) {
+	store := false
+	for _, r := range rs {
+		store = store || r.StoreCommands > 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tlimiter\tprocs\tok/s\tmax/s\tutil\tavoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t")
+	head := "scenario\tlimiter\tprocs\tok/s\tmax/s\tutil\tavoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t"
+	if store {
+		head += "redis cmd/req\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rs {
 		dl := "-"
 		if r.OverN > 0 {
 			dl = fmt.Sprintf("%.1f/%.1f", r.OverP99, r.OverMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.3f\t%d\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.3f\t%d\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t",
 			r.Scenario, r.Limiter, r.Procs, r.PerSecond, r.MaxPerSecond, r.Utilization, r.Avoidable, r.Unavoidable,
 			r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl)
+		if store {
+			per := "-"
+			if r.StoreCommands > 0 {
+				per = fmt.Sprintf("%.2f", r.StorePerRequest)
+			}
+			fmt.Fprintf(tw, "%s\t", per)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

@@ -20,7 +20,8 @@
 --  11 pending timeout (ms) 12 queue id               13 poll interval (ms)
 --  14 bucket TTL (ms)      15 route TTL (ms)
 -- Reply, always an array whose first element is the kind:
---   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0)}
+--   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
+--      a delay > 0 reserves one slot: the request may go that much later
 --   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
 --   {2, retry ms, reason (1 invalid budget, 2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
@@ -187,6 +188,7 @@ else
 end
 
 local k = math.min(want, avail)
+local delay = 0
 
 if isGlobal then
   local gp = math.max(gpause, blocked)
@@ -198,32 +200,46 @@ if isGlobal then
   local cnt = redis.call('ZCARD', KEYS[3])
   local free = glimit - cnt
   if free <= 0 then
+    -- The window is full. A grant at moment T is allowed when fewer than
+    -- glimit entries lie after T - gwindow, so the first slot opens
+    -- gwindow after the entry glimit places from the end.
     local e = redis.call('ZRANGE', KEYS[3], cnt - glimit, cnt - glimit, 'WITHSCORES')
     local at = now + 1
     if e[2] then at = tonumber(e[2]) + gwindow end
-    local w = ceil(at - now)
-    if dirty then
-      redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
+    if not e[2] or tonumber(e[2]) > now then
+      -- That entry's request has not answered yet: its slot may open
+      -- earlier than its score says. Wait and ask again.
+      local w = ceil(at - now)
+      if dirty then
+        redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
+      end
+      return {1, w, w, 2}
     end
-    return {1, w, w, 2}
+    -- Its request has answered, so the moment is exact: reserve that
+    -- slot. Grants decided later count this entry and cannot take it, so
+    -- the waiters of every process are served in the order they
+    -- claimed, each with a single claim.
+    delay = ceil(at - now)
+    k = 1
+  elseif k > free then
+    k = free
   end
-  if k > free then k = free end
   for i = 1, k do
-    redis.call('ZADD', KEYS[3], now + offset, prefix .. i)
+    redis.call('ZADD', KEYS[3], now + delay + offset, prefix .. i)
   end
-  extend(KEYS[3], ceil(offset + gwindow) + 1000)
+  extend(KEYS[3], ceil(delay + offset + gwindow) + 1000)
 end
 
 if kind ~= 2 then
   for i = 1, k do
-    redis.call('ZADD', P, now + pendingTTL, prefix .. i)
+    redis.call('ZADD', P, now + delay + pendingTTL, prefix .. i)
   end
-  extend(P, pendingTTL + 1000)
+  extend(P, delay + pendingTTL + 1000)
 end
 if known and kind ~= 2 then
   remaining = remaining - k
   if reset == 0 then
-    reset = now + window
+    reset = now + delay + window
     redis.call('HSET', B, 'est', 1)
   end
   dirty = true
@@ -253,4 +269,4 @@ if useTickets then
   end
 end
 
-return {0, k, kind, ticket}
+return {0, k, kind, ticket, delay}

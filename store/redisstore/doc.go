@@ -26,7 +26,8 @@
 //	P:{T}:c        HASH   gpause, blocked, unauth: deadlines of the global pause, of a
 //	                      Cloudflare block and of a 401 cooldown; TTL until the last + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
-//	                      (grant + offset, lowered to the response time); TTL offset + window + 1 s
+//	                      (grant + offset, lowered to the response time; a reserved grant lies
+//	                      in the future); TTL delay + offset + window + 1 s
 //	P:{T}:i        HASH   invalid responses per 10-second slot; TTL 10 min 20 s
 //	P:{T}:d:<M>    STRING present while a token-authenticated major answered 401/404; TTL the cooldown
 //	P:{T}:b:<B>    HASH   a counter: known, limit, remaining, reset, window, est, pause, retired;
@@ -74,6 +75,11 @@
 // processes are served in arrival order within a window's slack, and none
 // starves. Tickets expire shortly after their queue stops claiming.
 //
+// The global limit has a line of its own: a claim that finds the window
+// full reserves the next slot that opens (see below), so that waiters of
+// every process bound by the global limit are served in claim order with
+// one claim each, instead of all waking when a slot opens.
+//
 // With 4 processes of 50 goroutines each on one bucket of 20 requests per
 // 100 ms, the tests measure about 1.5 Redis commands per granted request
 // (one update per request, one claim per several grants).
@@ -85,7 +91,11 @@
 //   - FIFO is strict within a process queue; across processes and between
 //     routes sharing a bucket it is approximate (tickets, see above).
 //   - A request's global slot and its bucket slot are taken in one atomic
-//     step: a waiter blocked by the global limit holds no bucket slot.
+//     step. When the global window is full and the request that bounds it
+//     has answered, the moment the next global slot opens is exact: the
+//     claim reserves it, and the waiter holds its bucket slot until then
+//     (or gives both back if it gives up first). Otherwise a waiter
+//     blocked by the global limit holds no bucket slot.
 //   - The invalid-request guard counts per credential, not per store (an IP
 //     address is what Discord counts, but a credential is what one hash tag
 //     can hold).
@@ -101,7 +111,9 @@
 // conservative share of every limit ([WithLocalShare]); waiters queued at
 // the time move to it, so no request is dropped. A goroutine owned by the
 // Store pings Redis ([WithProbeInterval]) and switches back as soon as it
-// answers; permits of either side are recognised by Update. Under
+// answers; permits of either side are recognised by Update.
+// [Store.Fallbacks] counts the requests granted locally, for the
+// transport's store fallbacks metric. Under
 // [FailClosed], Acquire fails with a *[store.WaitError] wrapping
 // [ErrUnavailable] and the cause. Update reports a failed call with an
 // error wrapping ErrUnavailable under either policy.

@@ -25,6 +25,7 @@ func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time
 	if err != nil {
 		return store.Permit{}, err
 	}
+	s.localGrants.Add(1)
 	return store.Permit{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
 }
 

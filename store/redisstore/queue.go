@@ -203,6 +203,9 @@ func (s *Store) drive(q *lqueue) {
 			s.fail(q, &head, werr)
 		case replyGrant:
 			idle = 0
+			if r.delay > 0 && !s.hold(q, &head, guess, r, prefix) {
+				continue
+			}
 			s.grant(q, &head, guess, r, prefix)
 		case replyWait:
 			d := time.Duration(r.sleep) * time.Millisecond
@@ -263,19 +266,13 @@ func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (
 // grant hands the slots of r to the waiters at the front of q and gives
 // back those nobody is left to take.
 func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string) {
-	hash := ""
-	if r.bkind == kindLearned {
-		hash = guess
-	}
 	var surplus []store.Permit
 	s.mu.Lock()
-	q.boundUntil, q.unknown, q.hash, q.ticket = time.Time{}, false, hash, r.ticket
-	q.bid = bucketID(r.bkind, hash, q.key.route, q.key.major)
+	p0 := s.permitOf(q, head, guess, r, prefix, 1)
+	q.boundUntil, q.unknown, q.hash, q.ticket = time.Time{}, false, p0.Bucket, r.ticket
+	q.bid = bucketID(r.bkind, p0.Bucket, q.key.route, q.key.major)
 	for i := 1; i <= r.count; i++ {
-		p := store.Permit{Bucket: hash, Handle: &permit{
-			cred: q.key.cred, route: q.key.route, major: q.key.major,
-			kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global,
-		}}
+		p := s.permitOf(q, head, guess, r, prefix, i)
 		if len(q.waiters) > 0 && compatible(head, &q.waiters[0].claim) {
 			w := q.waiters[0]
 			q.waiters = q.waiters[1:]
@@ -289,6 +286,18 @@ func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, 
 	for _, p := range surplus {
 		s.giveBack(p)
 	}
+}
+
+// permitOf returns the i-th permit granted by the claim reply r.
+func (s *Store) permitOf(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string, i int) store.Permit {
+	hash := ""
+	if r.bkind == kindLearned {
+		hash = guess
+	}
+	return store.Permit{Bucket: hash, Handle: &permit{
+		cred: q.key.cred, route: q.key.route, major: q.key.major,
+		kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global,
+	}}
 }
 
 // waitFor records a wait reply and fails the waiters whose deadline or
@@ -320,24 +329,90 @@ func (s *Store) waitFor(q *lqueue, head *store.Claim, guess string, r claimReply
 		return
 	}
 	q.boundUntil = now.Add(bound)
+	for _, w := range q.due(nil, q.boundUntil) {
+		w.err = &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: bound, Err: w.err}
+		q.settle(w, failed)
+	}
+}
+
+// due removes from q the waiters (compatible with head, unless head is
+// nil) whose deadline or MaxWait comes before until and returns them, each
+// with the reason in err; s.mu must be held.
+func (q *lqueue) due(head *store.Claim, until time.Time) []*waiter {
+	var out []*waiter
 	kept := q.waiters[:0]
 	for _, w := range q.waiters {
 		var err error
 		switch {
-		case !w.deadline.IsZero() && q.boundUntil.After(w.deadline):
+		case head != nil && !compatible(head, &w.claim):
+		case !w.deadline.IsZero() && until.After(w.deadline):
 			err = context.DeadlineExceeded
-		case w.claim.MaxWait > 0 && q.boundUntil.After(w.start.Add(w.claim.MaxWait)):
+		case w.claim.MaxWait > 0 && until.After(w.start.Add(w.claim.MaxWait)):
 			err = store.ErrWaitTooLong
 		}
 		if err == nil {
 			kept = append(kept, w)
 			continue
 		}
-		w.err = &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: bound, Err: err}
-		q.settle(w, failed)
+		w.err = err
+		out = append(out, w)
 	}
 	clear(q.waiters[len(kept):])
 	q.waiters = kept
+	return out
+}
+
+// hold waits until the global slot the claim r reserved for the waiter at
+// the front of q opens, and reports whether a waiter is left to take it.
+// Waiters like head whose deadline or MaxWait comes first fail at once;
+// when none is left, the slot is given back before they learn it, so that
+// what they do next finds it free.
+func (s *Store) hold(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string) bool {
+	d := time.Duration(r.delay) * time.Millisecond
+	until := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		doomed := q.due(head, until)
+		left := len(q.waiters) > 0 && compatible(head, &q.waiters[0].claim)
+		if left {
+			q.scope, q.unknown = store.ScopeGlobal, false
+			q.boundUntil, q.sleepUntil = until, until
+		}
+		s.mu.Unlock()
+		if !left {
+			s.giveBack(s.permitOf(q, head, guess, r, prefix, 1))
+		}
+		if len(doomed) > 0 {
+			s.mu.Lock()
+			for _, w := range doomed {
+				if w.state == waiting {
+					w.err = &store.WaitError{Bucket: q.hash, Scope: store.ScopeGlobal, RetryAfter: until.Sub(now), Err: w.err}
+					q.settle(w, failed)
+				}
+			}
+			s.mu.Unlock()
+		}
+		if !left {
+			return false
+		}
+		select {
+		case <-t.C:
+			// A kick that came meanwhile is stale: the driver claims
+			// again at once if waiters are left.
+			select {
+			case <-q.wakeup:
+			default:
+			}
+			return true
+		case <-s.done:
+			return true
+		case <-q.wakeup:
+			// A waiter left, or one came that cannot wait this long.
+		}
+	}
 }
 
 // fail settles the waiters of q that made the same claim as head with err.

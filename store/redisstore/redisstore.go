@@ -58,9 +58,10 @@ type Store struct {
 	local    *memstore.Store
 	degraded atomic.Bool
 
-	fallbacks  atomic.Uint64
-	recoveries atomic.Uint64
-	errs       atomic.Uint64
+	fallbacks   atomic.Uint64
+	recoveries  atomic.Uint64
+	errs        atomic.Uint64
+	localGrants atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -123,6 +124,8 @@ type Stats struct {
 	Fallbacks uint64
 	// Recoveries is the number of returns from the local limiter to Redis.
 	Recoveries uint64
+	// LocalGrants is the number of requests the local limiter granted.
+	LocalGrants uint64
 	// Local reports whether the Store currently uses its local limiter.
 	Local bool
 }
@@ -130,12 +133,21 @@ type Stats struct {
 // Stats returns the Store's counters. It is safe for concurrent use.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Errors:     s.errs.Load(),
-		Fallbacks:  s.fallbacks.Load(),
-		Recoveries: s.recoveries.Load(),
-		Local:      s.degraded.Load(),
+		Errors:      s.errs.Load(),
+		Fallbacks:   s.fallbacks.Load(),
+		Recoveries:  s.recoveries.Load(),
+		LocalGrants: s.localGrants.Load(),
+		Local:       s.degraded.Load(),
 	}
 }
+
+// Fallbacks returns how many times the Store switched to its local limiter
+// because Redis could not be reached ([Stats].Fallbacks; the requests it
+// granted locally are [Stats].LocalGrants). It implements
+// ratecord.FallbackCounter, so a transport using the Store reports it as
+// its store fallbacks metric. It is zero under [FailClosed] and safe for
+// concurrent use.
+func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Acquire implements [store.Store]. Waiters queue in a FIFO per
 // (credential, route, major) in this process; the queue's driver asks Redis

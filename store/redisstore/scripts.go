@@ -32,8 +32,10 @@ const (
 // claimReply is the parsed reply of claim.lua.
 type claimReply struct {
 	kind int
-	// replyGrant: count slots of bucket kind bkind.
+	// replyGrant: count slots of bucket kind bkind, which may be used
+	// delay milliseconds from now.
 	count, bkind int
+	delay        int64
 	// ticket reports whether the queue holds a ticket in the bucket's line.
 	ticket bool
 	// replyWait: sleep and lower bound in milliseconds, scope code.
@@ -69,6 +71,16 @@ func parseClaim(v any) (claimReply, error) {
 		r.count, r.bkind = int(count), int(bkind)
 		if t, err := replyInt(a, 3); err == nil {
 			r.ticket = t == 1
+		}
+		if len(a) > 4 {
+			d, err := replyInt(a, 4)
+			if err != nil {
+				return claimReply{}, err
+			}
+			if d < 0 || d > 0 && count != 1 {
+				return claimReply{}, fmt.Errorf("%w: claim: grant %v", errReply, a)
+			}
+			r.delay = d
 		}
 	case replyWait:
 		sleep, err1 := replyInt(a, 1)

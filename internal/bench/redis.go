@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store/redisstore"
+)
+
+// RedisConfig says which Redis the ratecord-redis limiter uses: a server
+// (Addr) or a cluster (Cluster, its seed addresses).
+type RedisConfig struct {
+	Addr    string
+	Cluster []string
+}
+
+// client returns a new client of the server or cluster.
+func (rc RedisConfig) client() redis.UniversalClient {
+	if len(rc.Cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Cluster})
+	}
+	return redis.NewClient(&redis.Options{Addr: rc.Addr})
+}
+
+// Ping checks that the server or cluster answers.
+func (rc RedisConfig) Ping(ctx context.Context) error {
+	c := rc.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// RunPrefix is the Redis key prefix of a scenario run.
+func RunPrefix(run string) string { return "ratecord-bench:" + run }
+
+// Ratecord limiter names when a shared store is measured beside memory
+// stores.
+const (
+	NameRedis  = "ratecord-redis"
+	NameMemory = "ratecord-mem"
+)
+
+// RatecordRedis is ratecord with its state in Redis: every process of a
+// scenario run shares one redisstore.Store key prefix, so limits hold
+// across processes. Its clients count the commands they send to Redis.
+func RatecordRedis(rc RedisConfig) Limiter {
+	return Limiter{
+		Name: NameRedis,
+		New:  func(base http.RoundTripper) Client { return newRedisClient(rc, runID("", NameRedis), base) },
+		NewRun: func(run string, base http.RoundTripper) Client {
+			return newRedisClient(rc, run, base)
+		},
+		Cleanup: func(run string) { cleanup(rc, RunPrefix(run)) },
+	}
+}
+
+// RatecordMemory is the default ratecord limiter under another name, to be
+// told apart from RatecordRedis in one table: each process has its own
+// memory store.
+func RatecordMemory() Limiter {
+	l := Ratecord()
+	l.Name = NameMemory
+	return l
+}
+
+type redisClient struct {
+	HTTPClient
+	hook *commandCounter
+}
+
+func (c *redisClient) StoreCommands() int64 { return c.hook.n.Load() }
+
+func newRedisClient(rc RedisConfig, run string, base http.RoundTripper) Client {
+	rdb := rc.client()
+	hook := &commandCounter{}
+	rdb.AddHook(hook)
+	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(run)))
+	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(invalidLimit/2))
+	return &redisClient{
+		HTTPClient: HTTPClient{C: &http.Client{Transport: tr}, Close_: func() error {
+			tr.Close()
+			s.Close()
+			return rdb.Close()
+		}},
+		hook: hook,
+	}
+}
+
+// cleanup deletes the keys of a run: they would expire by themselves, but a
+// shared server need not keep them for an hour.
+func cleanup(rc RedisConfig, prefix string) {
+	c := rc.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	del := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		return iter.Err()
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		_ = cc.ForEachMaster(ctx, del)
+		return
+	}
+	_ = del(ctx, c.(*redis.Client))
+}
+
+// commandCounter is a go-redis hook that counts the commands a client
+// sends, apart from the handshake of new connections (HELLO, CLIENT
+// SETINFO, AUTH, SELECT), which does not grow with the requests.
+type commandCounter struct{ n atomic.Int64 }
+
+func (h *commandCounter) count(cmd redis.Cmder) {
+	switch strings.ToLower(cmd.Name()) {
+	case "hello", "client", "auth", "select":
+	default:
+		h.n.Add(1)
+	}
+}
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
