@@ -26,20 +26,7 @@
 --   {2, retry ms, reason (1 invalid budget, 2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-
-local function ceil(x)
-  if x < 0 then return 0 end
-  return math.ceil(x)
-end
-
--- extend makes key live at least ms longer, never shortening its TTL.
-local function extend(key, ms)
-  local cur = redis.call('PTTL', key)
-  if cur == -2 then return end
-  if cur < 0 or cur < ms then redis.call('PEXPIRE', key, ms) end
-end
+-- now, ceil and extend come from common.lua, prepended when loading.
 
 local route, guess = ARGV[1], ARGV[2]
 local isGlobal = ARGV[3] == '1'

@@ -176,7 +176,7 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 		w.deadline = dl
 	}
 	q.waiters = append(q.waiters, w)
-	if wait := q.boundFrom(start); wait > 0 && tooLong(ctx, &c, start, wait) != nil {
+	if wait := q.boundFrom(start); wait > 0 && store.CheckWait(ctx, &c, start, wait) != nil {
 		// The last known wait outlasts this waiter: let the driver check
 		// again now, so that it fails at once if that still holds.
 		q.kick()
@@ -250,18 +250,6 @@ func (s *Store) giveBack(p store.Permit) {
 	_ = s.apply(context.Background(), h, store.Update{
 		Credential: h.cred, Route: h.route, Major: h.major, Global: h.global,
 	})
-}
-
-// tooLong reports whether a wait of d is known to end after ctx's deadline
-// or the claim's MaxWait.
-func tooLong(ctx context.Context, c *store.Claim, now time.Time, d time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
-		return context.DeadlineExceeded
-	}
-	if c.MaxWait > 0 && d > c.MaxWait {
-		return store.ErrWaitTooLong
-	}
-	return nil
 }
 
 // permit is the Handle of a permit granted through Redis.

@@ -9,13 +9,17 @@ import (
 )
 
 var (
+	//go:embed common.lua
+	commonSource string
 	//go:embed claim.lua
 	claimSource string
 	//go:embed update.lua
 	updateSource string
 
-	claimScript  = redis.NewScript(claimSource)
-	updateScript = redis.NewScript(updateSource)
+	// The scripts share the helpers of common.lua: Redis runs each script
+	// on its own, so they are joined before loading.
+	claimScript  = redis.NewScript(commonSource + claimSource)
+	updateScript = redis.NewScript(commonSource + updateSource)
 )
 
 // errReply reports a script reply of an unexpected shape.

@@ -22,19 +22,7 @@
 -- may grant again by the passing of time alone (0: now), or -1 when only a
 -- response can open it or it is unknown.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-
-local function ceil(x)
-  if x < 0 then return 0 end
-  return math.ceil(x)
-end
-
-local function extend(key, ms)
-  local cur = redis.call('PTTL', key)
-  if cur == -2 then return end
-  if cur < 0 or cur < ms then redis.call('PEXPIRE', key, ms) end
-end
+-- now, ceil and extend come from common.lua, prepended when loading.
 
 local route, member = ARGV[1], ARGV[2]
 local sent = ARGV[3] == '1'
