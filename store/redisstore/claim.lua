@@ -71,22 +71,31 @@ end
 local r = redis.call('HGET', KEYS[1], route)
 if not r then r = '' end
 if r ~= guess then return {3, r} end
-if r ~= '' then extend(KEYS[1], routeTTL) end
+if r ~= '' then redis.call('PEXPIRE', KEYS[1], routeTTL) end
 
 local B, P = KEYS[6], KEYS[7]
 local kind = 0
+local fields = {'known', 'limit', 'remaining', 'reset', 'window', 'pause', 'retired', 'est'}
+local f
 if r == '' then
   kind, B, P = 1, KEYS[10], KEYS[11]
 elseif r == '\0' then
   kind = 2
-elseif redis.call('EXISTS', B) == 0 then
-  -- The route was learned on another major while this major's probe is
-  -- still in flight: wait for that probe's answer.
-  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
-  if redis.call('ZCARD', KEYS[11]) > 0 then kind, B, P = 1, KEYS[10], KEYS[11] end
+else
+  -- A hash holds at least one of these fields or does not exist.
+  f = redis.call('HMGET', B, unpack(fields))
+  if not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6] or f[7] or f[8]) then
+    -- The route was learned on another major while this major's probe
+    -- is still in flight: wait for that probe's answer.
+    redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
+    if redis.call('ZCARD', KEYS[11]) > 0 then
+      kind, B, P = 1, KEYS[10], KEYS[11]
+      f = nil
+    end
+  end
 end
 
-local f = redis.call('HMGET', B, 'known', 'limit', 'remaining', 'reset', 'window', 'pause', 'retired')
+if not f then f = redis.call('HMGET', B, unpack(fields)) end
 local known = f[1] == '1'
 local limit = tonumber(f[2]) or 0
 local remaining = tonumber(f[3]) or 0
@@ -104,10 +113,17 @@ if hold > now then
 end
 if retired then return {1, poll, 0, 1} end
 
-local pending = 0
-if kind ~= 2 then
-  redis.call('ZREMRANGEBYSCORE', P, '-inf', now)
-  pending = redis.call('ZCARD', P)
+-- The count of unexpired pending permits, read when first needed.
+local pending
+local function pendingCount()
+  if pending == nil then
+    pending = 0
+    if kind ~= 2 then
+      redis.call('ZREMRANGEBYSCORE', P, '-inf', now)
+      pending = redis.call('ZCARD', P)
+    end
+  end
+  return pending
 end
 
 local avail
@@ -119,23 +135,31 @@ if kind == 2 then
   avail = want
 elseif not known then
   -- A probe: one request at a time until a response names the limits.
-  if pending > 0 then return {1, poll, 0, 1} end
+  if pendingCount() > 0 then return {1, poll, 0, 1} end
   avail = 1
 else
-  if pending == 0 and reset > 0 and now >= reset then
+  if reset > 0 and now >= reset and pendingCount() == 0 then
     remaining, reset, dirty = limit, 0, true
   end
   if kind == 0 then
     -- Tickets: process queues that were refused, in arrival order. Each
     -- one ahead keeps a slot; what is left is shared with those behind.
     useTickets = true
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)
-    for i = 1, #gone do
-      redis.call('ZREM', KEYS[9], gone[i])
-      redis.call('ZREM', KEYS[8], gone[i])
-    end
+    -- The line holds the same queues as their expiries: an empty line
+    -- has nothing to expire.
     local m = redis.call('ZCARD', KEYS[8])
-    rank = redis.call('ZRANK', KEYS[8], qid)
+    if m > 0 then
+      local gone = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)
+      if #gone > 0 then
+        for i = 1, #gone, 1000 do
+          local j = math.min(i + 999, #gone)
+          redis.call('ZREM', KEYS[9], unpack(gone, i, j))
+          redis.call('ZREM', KEYS[8], unpack(gone, i, j))
+        end
+        m = redis.call('ZCARD', KEYS[8])
+      end
+      rank = m > 0 and redis.call('ZRANK', KEYS[8], qid)
+    end
     if rank then
       ahead, behind = rank, m - rank
     else
@@ -153,7 +177,7 @@ else
       if limit > 0 and window > 0 then
         sleep = sleep + math.floor(ahead / limit) * window
       end
-      if pending > 0 then sleep = bound end
+      if pendingCount() > 0 then sleep = bound end
     else
       sleep, bound = poll, 0
     end
@@ -172,6 +196,19 @@ else
     return {1, sleep, bound, 1, 0}
   end
   avail = math.ceil(avail / behind)
+end
+
+-- zaddEach adds members prefix .. 1 to prefix .. n to the sorted set key,
+-- all with score.
+local function zaddEach(key, score, n)
+  local args = {}
+  for i = 1, n do
+    args[2 * i - 1] = score
+    args[2 * i] = prefix .. i
+  end
+  for i = 1, #args, 1000 do
+    redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
+  end
 end
 
 local k = math.min(want, avail)
@@ -211,25 +248,29 @@ if isGlobal then
   elseif k > free then
     k = free
   end
-  for i = 1, k do
-    redis.call('ZADD', KEYS[3], now + delay + offset, prefix .. i)
+  zaddEach(KEYS[3], now + delay + offset, k)
+  -- Every key gets a TTL when created: one that held entries has one.
+  if cnt > 0 then
+    redis.call('PEXPIRE', KEYS[3], ceil(delay + offset + gwindow) + 1000, 'GT')
+  else
+    redis.call('PEXPIRE', KEYS[3], ceil(delay + offset + gwindow) + 1000)
   end
-  extend(KEYS[3], ceil(delay + offset + gwindow) + 1000)
 end
 
 if kind ~= 2 then
-  for i = 1, k do
-    redis.call('ZADD', P, now + delay + pendingTTL, prefix .. i)
-  end
-  extend(P, delay + pendingTTL + 1000)
+  zaddEach(P, now + delay + pendingTTL, k)
+  -- Each update removes its permit: P is often new.
+  extend(P, delay + pendingTTL + 1000, true)
 end
 if known and kind ~= 2 then
   remaining = remaining - k
   if reset == 0 then
     reset = now + delay + window
-    redis.call('HSET', B, 'est', 1)
+    redis.call('HSET', B, 'remaining', remaining, 'reset', reset, 'est', 1)
+    dirty = false
+  else
+    dirty = true
   end
-  dirty = true
 end
 if dirty then
   redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
@@ -238,7 +279,7 @@ if kind ~= 2 or dirty then
   local keep = bucketTTL
   local last = math.max(reset, pause)
   if last > now then keep = keep + ceil(last - now) end
-  extend(B, keep)
+  redis.call('PEXPIRE', B, keep)
 end
 
 local ticket = 0

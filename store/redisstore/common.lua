@@ -11,10 +11,16 @@ local function ceil(x)
   return math.ceil(x)
 end
 
--- extend makes key live at least ms longer, never shortening its TTL.
-local function extend(key, ms)
-  local cur = redis.call('PTTL', key)
-  if cur == -2 then return end
-  if cur < 0 or cur < ms then redis.call('PEXPIRE', key, ms) end
+-- extend makes key live at least ms longer, never shortening its TTL: GT
+-- sets a TTL longer than the key's, NX one on a key without any (just
+-- created). fresh tries NX first, for a key that is likely new.
+local function extend(key, ms, fresh)
+  if fresh then
+    if redis.call('PEXPIRE', key, ms, 'NX') == 1 then return end
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return
+  end
+  if redis.call('PEXPIRE', key, ms, 'GT') == 1 then return end
+  redis.call('PEXPIRE', key, ms, 'NX')
 end
 

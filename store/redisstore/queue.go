@@ -34,6 +34,7 @@ type lqueue struct {
 	bid        string      // the bucket id the queue last claimed on
 	sleepUntil time.Time   // when the driver's current sleep ends
 	ticket     bool        // holds a ticket in bucket bid's line
+	idle       bool        // the driver waits for a waiter: a new one kicks it
 }
 
 // Waiter states.
@@ -117,15 +118,16 @@ func (s *Store) drop(q *lqueue) {
 	}
 }
 
-// dropTicket leaves the line of the bucket q waited on, so that a queue
-// that emptied without being served keeps no slot from other processes.
-func (s *Store) dropTicket(q *lqueue) {
+// dropTicket leaves the line of bucket bid, the one q waited on, so that a
+// queue that emptied without being served keeps no slot from other
+// processes.
+func (s *Store) dropTicket(q *lqueue, bid string) {
 	k := s.keysOf(q.key.cred)
 	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
 	defer cancel()
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, k.tickets(q.bid), q.id)
-		p.ZRem(ctx, k.ticketExp(q.bid), q.id)
+		p.ZRem(ctx, k.tickets(bid), q.id)
+		p.ZRem(ctx, k.ticketExp(bid), q.id)
 		return nil
 	})
 	if err != nil && s.ctx.Err() == nil {
@@ -139,19 +141,37 @@ func compatible(a, b *store.Claim) bool {
 		a.Offset == b.Offset && a.InvalidBudget == b.InvalidBudget && a.TokenAuth == b.TokenAuth
 }
 
-// drive claims slots for q's waiters until the queue is empty or the Store
-// closes.
+// driverLinger is how long a driver whose queue emptied waits for a new
+// waiter before it ends, so that a queue in steady use keeps its driver.
+const driverLinger = 100 * time.Millisecond
+
+// drive claims slots for q's waiters until the queue stays empty for
+// driverLinger or the Store closes.
 func (s *Store) drive(q *lqueue) {
 	defer s.wg.Done()
 	idle := 0 // consecutive waits for a response, for the poll back-off
+	var linger *time.Timer
 	for {
 		s.mu.Lock()
+		q.idle = false
+		if !s.closed && len(q.waiters) == 0 && !s.degraded.Load() {
+			if linger == nil {
+				linger = time.NewTimer(driverLinger)
+				defer linger.Stop()
+			} else {
+				linger.Reset(driverLinger)
+			}
+			if s.lingerFor(q, linger) {
+				idle = 0
+				continue
+			}
+		}
 		if s.closed || len(q.waiters) == 0 {
 			s.drop(q)
 			ticket := q.ticket && !s.closed
 			s.mu.Unlock()
 			if ticket {
-				s.dropTicket(q)
+				s.dropTicket(q, q.bid)
 			}
 			return
 		}
@@ -218,6 +238,40 @@ func (s *Store) drive(q *lqueue) {
 			s.waitFor(q, &head, guess, r, d)
 			s.sleep(q, d)
 		}
+	}
+}
+
+// lingerFor waits until a waiter joins q, t fires or the Store closes, and
+// reports whether a waiter joined. It first leaves the line of the bucket q
+// waited on and forgets what q's claims learned, as a driver that ends
+// does, so that a new waiter finds q as it would find a new queue. s.mu
+// must be held; it is released, and held again on return when the result
+// is false.
+func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
+	ticket, bid := q.ticket, q.bid
+	q.hash, q.scope, q.boundUntil, q.unknown = "", "", time.Time{}, false
+	q.bid, q.sleepUntil, q.ticket = "", time.Time{}, false
+	q.idle = true
+	s.mu.Unlock()
+	if ticket {
+		s.dropTicket(q, bid)
+	}
+	for {
+		select {
+		case <-q.wakeup:
+			s.mu.Lock()
+			if len(q.waiters) > 0 || s.closed || s.degraded.Load() {
+				s.mu.Unlock()
+				return true
+			}
+			s.mu.Unlock()
+			continue
+		case <-t.C:
+		case <-s.done:
+		}
+		s.mu.Lock()
+		q.idle = false
+		return false
 	}
 }
 

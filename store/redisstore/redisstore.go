@@ -176,6 +176,10 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 		w.deadline = dl
 	}
 	q.waiters = append(q.waiters, w)
+	if q.idle {
+		q.idle = false
+		q.kick()
+	}
 	if wait := q.boundFrom(start); wait > 0 && store.CheckWait(ctx, &c, start, wait) != nil {
 		// The last known wait outlasts this waiter: let the driver check
 		// again now, so that it fails at once if that still holds.

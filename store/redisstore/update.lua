@@ -43,26 +43,35 @@ local GB, GP, TB = KEYS[6], KEYS[7], KEYS[8]
 
 -- wakeOf returns in how many ms bucket B (with pending set P, when known)
 -- may grant by the passing of time alone: 0 for now, -1 when only a
--- response can open it.
-local function wakeOf(B, P)
+-- response can open it. When keep is true, it also makes B live until
+-- bucketTTL after its reset or pause (a missing B stays missing). f, when
+-- given, holds B's known, remaining, reset, pause and retired fields as
+-- they are now.
+local function wakeOf(B, P, keep, f)
   if not B then return -1 end
-  local f = redis.call('HMGET', B, 'known', 'remaining', 'reset', 'pause', 'retired')
-  if f[5] == '1' then return -1 end
+  if not f then f = redis.call('HMGET', B, 'known', 'remaining', 'reset', 'pause', 'retired') end
   local pause = tonumber(f[4]) or 0
+  local reset = tonumber(f[3]) or 0
+  if keep then
+    local last = math.max(reset, pause)
+    local ms = bucketTTL
+    if last > now then ms = ms + ceil(last - now) end
+    redis.call('PEXPIRE', B, ms)
+  end
+  if f[5] == '1' then return -1 end
   if pause > now then return ceil(pause - now) end
-  local idle = false
-  if P then
+  local function idle()
+    if not P then return false end
     redis.call('ZREMRANGEBYSCORE', P, '-inf', now)
-    idle = redis.call('ZCARD', P) == 0
+    return redis.call('ZCARD', P) == 0
   end
   if f[1] ~= '1' then
-    if idle then return 0 end
+    if idle() then return 0 end
     return -1
   end
   if (tonumber(f[2]) or 0) > 0 then return 0 end
-  local reset = tonumber(f[3]) or 0
   if reset > now then return ceil(reset - now) end
-  if idle then return 0 end
+  if idle() then return 0 end
   return -1
 end
 
@@ -71,7 +80,7 @@ local function keepBucket(B)
   local last = math.max(tonumber(f[1]) or 0, tonumber(f[2]) or 0)
   local keep = bucketTTL
   if last > now then keep = keep + ceil(last - now) end
-  extend(B, keep)
+  redis.call('PEXPIRE', B, keep)
 end
 
 if not sent then
@@ -115,19 +124,25 @@ if gkind ~= 0 or ubucket == '' or ghash ~= ubucket then
     if gkind == 1 then redis.call('HSET', GB, 'retired', 1) end
     target = nil
   end
-  extend(KEYS[1], routeTTL)
+  redis.call('PEXPIRE', KEYS[1], routeTTL)
 end
 
-local cf = redis.call('HMGET', KEYS[2], 'gpause', 'blocked', 'unauth')
-local gpause = tonumber(cf[1]) or 0
-local blocked = tonumber(cf[2]) or 0
-local unauth = tonumber(cf[3]) or 0
+-- The credential's deadlines matter only to the responses that may change
+-- them.
+local gpause, blocked, unauth = 0, 0, 0
+if status == 429 or status == 401 then
+  local cf = redis.call('HMGET', KEYS[2], 'gpause', 'blocked', 'unauth')
+  gpause = tonumber(cf[1]) or 0
+  blocked = tonumber(cf[2]) or 0
+  unauth = tonumber(cf[3]) or 0
+end
 local credDirty = false
 
 -- observe applies rate-limit headers to bucket B. Within a window the
--- remaining count only goes down and the reset only moves later.
+-- remaining count only goes down and the reset only moves later. It
+-- returns B's fields as wakeOf reads them.
 local function observe(B)
-  local f = redis.call('HMGET', B, 'known', 'limit', 'remaining', 'reset', 'window', 'est')
+  local f = redis.call('HMGET', B, 'known', 'limit', 'remaining', 'reset', 'window', 'est', 'pause', 'retired')
   local known = f[1] == '1'
   local limit = tonumber(f[2]) or 0
   local remaining = tonumber(f[3]) or 0
@@ -140,7 +155,7 @@ local function observe(B)
   if not known then
     redis.call('HSET', B, 'known', 1, 'limit', ulimit, 'remaining', uremaining,
       'reset', newReset, 'window', newReset - now, 'est', 0)
-    return
+    return {'1', uremaining, newReset, f[7], f[8]}
   end
   if ulimit > limit then remaining = remaining + ulimit - limit end
   if uremaining < remaining then remaining = uremaining end
@@ -150,6 +165,7 @@ local function observe(B)
   if newReset - now > window then window = newReset - now end
   redis.call('HSET', B, 'limit', ulimit, 'remaining', remaining, 'reset', reset,
     'window', window, 'est', est and 1 or 0)
+  return {'1', remaining, reset, f[7], f[8]}
 end
 
 local function later(a, b)
@@ -157,6 +173,8 @@ local function later(a, b)
   return a
 end
 
+-- target's fields, when known without reading them again.
+local seen
 if status == 429 then
   if scope == 'global' then
     gpause, credDirty = later(gpause, now + retry), true
@@ -186,7 +204,7 @@ if status == 429 then
     end
   end
 elseif hasLimit and target then
-  observe(target)
+  seen = observe(target)
 end
 
 -- The invalid-request guard and the 401/404 cooldowns.
@@ -214,7 +232,7 @@ if credDirty then
   extend(KEYS[2], ceil(last - now) + 1000)
 end
 
-if redis.call('EXISTS', GB) == 1 then keepBucket(GB) end
-if target and target ~= GB and redis.call('EXISTS', target) == 1 then keepBucket(target) end
-if target == GB then return {1, wakeOf(GB, GP)} end
-return {1, wakeOf(target, nil)}
+-- extend leaves a missing key alone.
+if target == GB then return {1, wakeOf(GB, GP, true, seen)} end
+keepBucket(GB)
+return {1, wakeOf(target, nil, true, seen)}
