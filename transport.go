@@ -125,8 +125,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if err != nil {
 			t.report(ctx, permit, t.update(key, true, nil, nil))
 			if t.retryable(req, attempt) && ctx.Err() == nil {
-				bo = t.nextBackOff(bo)
-				if wait := bo.NextBackOff(); t.sleep(ctx, wait) {
+				if wait := t.nextWait(&bo); t.sleep(ctx, wait) {
 					t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, RetryAfter: wait, Attempt: attempt, Err: err})
 					continue
 				}
@@ -143,8 +142,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if resp.StatusCode == http.StatusTooManyRequests && lim.scope == store.ScopeBlocked {
 			// No retry_after: back off, and make every request of the
 			// credential wait as long, so none retries in a tight loop.
-			bo = t.nextBackOff(bo)
-			lim.retryAfter = max(lim.retryAfter, bo.NextBackOff())
+			lim.retryAfter = max(lim.retryAfter, t.nextWait(&bo))
 		}
 		t.report(ctx, permit, t.update(key, true, resp, &lim))
 
@@ -159,8 +157,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 			drain(resp)
 		case resp.StatusCode >= 500 && t.retryable(req, attempt):
-			bo = t.nextBackOff(bo)
-			wait := bo.NextBackOff()
+			wait := t.nextWait(&bo)
 			drain(resp)
 			if !t.sleep(ctx, wait) {
 				return nil, ctx.Err()
@@ -323,11 +320,13 @@ func (t *Transport) retryable(req *http.Request, attempt int) bool {
 	return t.cfg.retryUnsafe || idempotent(req)
 }
 
-func (t *Transport) nextBackOff(bo backoff.BackOff) backoff.BackOff {
-	if bo == nil {
-		bo = t.cfg.backoff()
+// nextWait returns the next back-off interval of the request, starting its
+// back-off policy on first use.
+func (t *Transport) nextWait(bo *backoff.BackOff) time.Duration {
+	if *bo == nil {
+		*bo = t.cfg.backoff()
 	}
-	return bo
+	return (*bo).NextBackOff()
 }
 
 // sleep waits d unless ctx ends or the transport closes first.

@@ -2,15 +2,13 @@ package bench
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/internal/rediscount"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
 
@@ -73,14 +71,14 @@ func RatecordMemory() Limiter {
 
 type redisClient struct {
 	HTTPClient
-	hook *commandCounter
+	hook *rediscount.Hook
 }
 
-func (c *redisClient) StoreCommands() int64 { return c.hook.n.Load() }
+func (c *redisClient) StoreCommands() int64 { return c.hook.Commands.Load() }
 
 func newRedisClient(rc RedisConfig, run string, base http.RoundTripper) Client {
 	rdb := rc.client()
-	hook := &commandCounter{}
+	hook := &rediscount.Hook{}
 	rdb.AddHook(hook)
 	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(run)))
 	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(invalidLimit/2))
@@ -113,39 +111,4 @@ func cleanup(rc RedisConfig, prefix string) {
 		return
 	}
 	_ = del(ctx, c.(*redis.Client))
-}
-
-// commandCounter is a go-redis hook that counts the commands a client
-// sends, apart from the handshake of new connections (HELLO, CLIENT
-// SETINFO, AUTH, SELECT), which does not grow with the requests.
-type commandCounter struct{ n atomic.Int64 }
-
-func (h *commandCounter) count(cmd redis.Cmder) {
-	switch strings.ToLower(cmd.Name()) {
-	case "hello", "client", "auth", "select":
-	default:
-		h.n.Add(1)
-	}
-}
-
-func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return next(ctx, network, addr)
-	}
-}
-
-func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
 }

@@ -3,54 +3,15 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/ratecord/ratecord/internal/rediscount"
 	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
-
-// countHook counts the commands a client sends, apart from the handshake
-// of new connections (HELLO, CLIENT SETINFO), which does not grow with the
-// requests.
-type countHook struct {
-	n     atomic.Int64
-	setup atomic.Int64
-}
-
-func (h *countHook) count(cmd redis.Cmder) {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		h.setup.Add(1)
-	default:
-		h.n.Add(1)
-	}
-}
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
-
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // bucketEmulator plays one Discord bucket with fixed windows and counts the
 // requests that arrive beyond its limit.
@@ -95,11 +56,11 @@ func TestCommandsPerGrant(t *testing.T) {
 	e := &bucketEmulator{limit: 20, window: 100 * time.Millisecond}
 	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1"}
 
-	var hooks []*countHook
+	var hooks []*rediscount.Hook
 	var stores []*redisstore.Store
 	for range processes {
 		client := newClient(t, addr)
-		h := &countHook{}
+		h := &rediscount.Hook{}
 		client.AddHook(h)
 		hooks = append(hooks, h)
 		s := redisstore.New(client, redisstore.WithPrefix(prefix))
@@ -113,8 +74,8 @@ func TestCommandsPerGrant(t *testing.T) {
 	time.Sleep(e.window)
 	before, setupBefore := int64(0), int64(0)
 	for _, h := range hooks {
-		before += h.n.Load()
-		setupBefore += h.setup.Load()
+		before += h.Commands.Load()
+		setupBefore += h.Setup.Load()
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -151,8 +112,8 @@ func TestCommandsPerGrant(t *testing.T) {
 	}
 	after, setupAfter := int64(0), int64(0)
 	for _, h := range hooks {
-		after += h.n.Load()
-		setupAfter += h.setup.Load()
+		after += h.Commands.Load()
+		setupAfter += h.Setup.Load()
 	}
 	total := int64(0)
 	for i := range grants {
