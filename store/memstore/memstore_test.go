@@ -190,7 +190,7 @@ func TestMemoryBoundedDistinctRoutes(t *testing.T) {
 	}
 	s, clk := newFake(t)
 	// At this pace routeTTL passes within the run.
-	step := 2 * routeTTL / time.Duration(n)
+	step := 2 * ms(routeTTL) / time.Duration(n)
 	const bound = 4 * minSweep
 	maxLen := 0
 	for i := range n {
@@ -213,7 +213,7 @@ func TestMemoryBoundedDistinctRoutes(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Routes seen within routeTTL, plus those seen before the last sweep.
-	limit := int(routeTTL/step) + int(sweepEvery/step) + 1
+	limit := int(ms(routeTTL)/step) + int(ms(sweepEvery)/step) + 1
 	if cr := s.creds["bot"]; cr != nil && len(cr.routes) > limit {
 		t.Errorf("%d routes held after %d distinct routes over %v; want at most %d", len(cr.routes), n, time.Duration(n)*step, limit)
 	}

@@ -1,0 +1,99 @@
+package model
+
+// Cred holds the deadlines that concern every request of one credential.
+// Times are in milliseconds.
+type Cred struct {
+	// Pause holds every request that counts against the global limit (a
+	// global 429, or a block).
+	Pause int64
+	// Blocked holds every request of the credential, global or not (a 429
+	// without rate-limit headers: a Cloudflare block).
+	Blocked int64
+	// Unauthorized refuses the credential's requests (a 401).
+	Unauthorized int64
+}
+
+// The scopes of 429 responses and refusals, as the stores name them.
+const (
+	ScopeUser    = "user"
+	ScopeGlobal  = "global"
+	ScopeShared  = "shared"
+	ScopeBlocked = "blocked"
+)
+
+// Limited applies a 429 of the credential-wide scopes global and blocked
+// received at now, with retry (offset included), and reports whether the
+// scope was one of them.
+func (c *Cred) Limited(now int64, scope string, retry int64) bool {
+	switch scope {
+	case ScopeGlobal:
+		c.Pause = max(c.Pause, now+clamp(retry))
+	case ScopeBlocked:
+		c.Blocked = max(c.Blocked, now+clamp(retry))
+		c.Pause = max(c.Pause, c.Blocked)
+	default:
+		return false
+	}
+	return true
+}
+
+// Invalid reports whether a response counts against Discord's
+// invalid-request limit: 401, 403 and 429 other than scope shared.
+func Invalid(status int64, scope string) bool {
+	return status == 401 || status == 403 || status == 429 && scope != ScopeShared
+}
+
+// Cooldowns say what a response puts on cooldown.
+const (
+	CooldownNone       = 0
+	CooldownCredential = 1 // the credential answered 401
+	CooldownMajor      = 2 // a token-authenticated major (webhook) answered 401 or 404
+)
+
+// CooldownOf returns what a response with status puts on cooldown.
+// tokenAuth reports that the route authenticates with a token in its path.
+func CooldownOf(status int64, tokenAuth bool) int {
+	switch {
+	case tokenAuth && (status == 401 || status == 404):
+		return CooldownMajor
+	case !tokenAuth && status == 401:
+		return CooldownCredential
+	}
+	return CooldownNone
+}
+
+// What a response teaches about a route's bucket.
+const (
+	RouteSame    = 0 // nothing new
+	RouteLearned = 1 // the route uses the named bucket hash
+	RouteNone    = 2 // the route answers without rate-limit headers
+)
+
+// LearnRoute returns what a response teaches a route that maps to hash
+// (none: it is known to have no bucket): the response named bucket, or
+// answered status with or without limits.
+func LearnRoute(hash string, none bool, bucket string, status int64, hasLimit bool) int {
+	switch {
+	case bucket != "":
+		if hash != bucket || none {
+			return RouteLearned
+		}
+	case status >= 200 && status < 300 && !hasLimit && hash == "" && !none:
+		return RouteNone
+	}
+	return RouteSame
+}
+
+// Invalid-request counting: Discord counts over ten minutes; the stores
+// count in slots of ten seconds, a sliding window that errs on the side of
+// counting too much (up to one slot longer).
+const (
+	InvalidSlot  = 10_000 // ms
+	InvalidSlots = 60
+)
+
+// InvalidCounts reports whether a slot index still counts at slot cur.
+func InvalidCounts(cur, idx int64) bool { return cur-idx <= InvalidSlots }
+
+// InvalidFree returns when the oldest counted slot, oldest, stops counting.
+func InvalidFree(oldest int64) int64 { return (oldest + InvalidSlots + 1) * InvalidSlot }

@@ -1,0 +1,368 @@
+// Package model holds ratecord's rate-limit rules: what a bucket, a route
+// and a credential learn from responses and when they may grant a request.
+//
+// The rules are pure: no locks, no queues, no I/O, and time is an argument
+// (milliseconds on the store's clock; the sliding-window model counts in
+// microseconds). store/memstore is this model plus waiting; the Redis
+// store's scripts (store/redisstore/model.lua) implement the same functions
+// line by line, and a table of transition cases and a randomized
+// differential test run both against each other, so a rule changed in one
+// home and not the other fails a test.
+package model
+
+import "math"
+
+// Bucket is one counter: a (credential, bucket hash, major parameter), the
+// probe of a route whose bucket is not known yet, or a credential's counter
+// for routes without one.
+//
+// Its fields are exported so that the stores can keep and compare it; only
+// this package's functions change them.
+type Bucket struct {
+	// Known reports that Limit, Remaining and the window come from headers.
+	Known     bool
+	Limit     int64
+	Remaining int64
+	// ResetAt is when the current window ends (0: no window started).
+	ResetAt int64
+	// Estimated reports that ResetAt was guessed at a grant, not read from
+	// a response; the next response replaces it.
+	Estimated bool
+	// Window is the longest window seen; Span the shortest (a lower bound
+	// for estimates).
+	Window int64
+	Span   int64
+	// Offset is the safety margin of the last update.
+	Offset int64
+	// Pending counts granted requests not reported yet.
+	Pending int64
+	// Pause holds every request until then (a 429).
+	Pause int64
+	// Retired marks the probe of a route that has learned its bucket.
+	Retired bool
+	// Unlimited marks a credential's counter for routes without a bucket:
+	// only pauses apply.
+	Unlimited bool
+	// Probe marks the counter of a route whose bucket is not known yet.
+	Probe bool
+
+	// A sliding window (a leaky bucket) gives its slots back one at a
+	// time. Headers do not say which kind a bucket is; it shows when the
+	// moment the bucket will be full again moves later with each request
+	// inside one window, which a fixed window never does.
+	Sliding       bool
+	Evidence      int64 // consecutive observations that looked sliding
+	Instant       int64 // when the last response said the bucket would be full
+	SeenAt        int64 // when that response arrived (0: none yet)
+	SeenRemaining int64 // and the Remaining it gave
+	// Level is the leaky-bucket model's count at LevelAt: each grant adds
+	// one, and it drains one slot per Tau.
+	Level   float64
+	LevelAt int64
+	// TauLo and TauHi bound the time one slot takes to drain, in
+	// microseconds, from Reset-After = level * tau and
+	// Remaining = floor(limit - level).
+	TauLo, TauHi int64
+}
+
+// Headers is what a response said about its bucket. Times are in
+// milliseconds.
+type Headers struct {
+	Limit, Remaining int64
+	// ResetAfter is negative when the response gave no usable reset.
+	ResetAfter int64
+	// Offset is the safety margin added to resets.
+	Offset int64
+}
+
+// slidingGuard keeps the comparison of two responses inside one window of
+// a fixed bucket: a response that arrives within the last quarter of a
+// window (and at least this close to the announced reset) may already
+// belong to the next window, and is not compared.
+const slidingGuard = 20
+
+// Available reports whether b can grant a slot at now, refilling a fixed
+// window whose reset has passed and whose requests have all been reported.
+// blocked is the credential's block (a Cloudflare ban) deadline.
+func (b *Bucket) Available(now, blocked int64) bool {
+	if now < b.Pause || now < blocked || b.Retired {
+		return false
+	}
+	if b.Unlimited {
+		return true
+	}
+	if !b.Known {
+		// Probe: one request at a time until a response names the limits.
+		return b.Pending == 0
+	}
+	if !b.Sliding && b.Pending == 0 && b.ResetAt != 0 && now >= b.ResetAt {
+		b.Remaining = b.Limit
+		b.ResetAt = 0
+	}
+	return b.Remaining > 0 || b.Sliding && b.dripFree(now)
+}
+
+// Tau is how long the model takes to give one slot back, in microseconds:
+// an upper bound of the real time, so the model never drains too fast.
+func (b *Bucket) Tau() int64 {
+	if b.TauHi > 0 {
+		return b.TauHi
+	}
+	return b.Window * 1000 / max(b.Limit, 1)
+}
+
+// levelNow returns the model's level at now: what was counted, less what
+// has drained since.
+func (b *Bucket) levelNow(now int64) float64 {
+	tau := b.Tau()
+	if tau <= 0 || b.LevelAt == 0 {
+		return b.Level
+	}
+	return max(0, b.Level-float64((now-b.LevelAt)*1000)/float64(tau))
+}
+
+// dripFree reports whether the leaky-bucket model has a slot at now, one
+// offset's worth of drain to spare.
+func (b *Bucket) dripFree(now int64) bool {
+	tau := b.Tau()
+	return tau > 0 && b.levelNow(now)+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
+}
+
+// dripAt returns when the model next has a slot (milliseconds).
+func (b *Bucket) dripAt() int64 {
+	tau := b.Tau()
+	excess := b.Level - (float64(b.Limit) - 1 - float64(b.Offset*1000)/float64(tau))
+	// The explicit conversion rounds the product, as the scripts do: no
+	// fused multiply-add.
+	return b.LevelAt + int64(math.Ceil(float64(max(excess, 0)*float64(tau))/1000))
+}
+
+// WakeAt returns when b may become available by the passing of time alone,
+// or 0 when only a response can open it.
+func (b *Bucket) WakeAt(now, blocked int64) int64 {
+	at := max(b.Pause, blocked)
+	if at > now {
+		return at
+	}
+	if b.Known && b.Remaining <= 0 && b.Sliding {
+		// No refill at the reset: slots come back by the drip alone.
+		return max(b.dripAt(), now+1)
+	}
+	if b.Known && b.Remaining <= 0 && b.Pending == 0 && b.ResetAt > now {
+		return b.ResetAt
+	}
+	return 0
+}
+
+// Take grants one slot at now; Available must have said yes.
+func (b *Bucket) Take(now int64) {
+	b.Pending++
+	if !b.Known || b.Unlimited {
+		return
+	}
+	b.Level = b.levelNow(now) + 1
+	b.LevelAt = now
+	b.Remaining--
+	if b.ResetAt == 0 {
+		b.ResetAt = now + b.Window
+		b.Estimated = true
+	}
+}
+
+// Settle counts a granted request as answered.
+func (b *Bucket) Settle() {
+	if b.Pending > 0 {
+		b.Pending--
+	}
+}
+
+// GiveBack returns the slot of a granted request that was never sent.
+func (b *Bucket) GiveBack() {
+	b.Settle()
+	if b.Known && b.Remaining < b.Limit {
+		b.Remaining++
+	}
+	if b.Level >= 1 {
+		b.Level-- // approximately: the model only errs towards full
+	}
+}
+
+// Observe applies rate-limit headers received at now. Within a window the
+// remaining count only goes down and the reset only moves later, so a stale
+// or reordered response never reopens a window early. probes is the number
+// of requests in flight on routes of the same major parameter whose bucket
+// is not known yet: Discord may have counted them in this bucket.
+func (b *Bucket) Observe(now int64, h Headers, probes int64) {
+	limit, remaining := h.Limit, h.Remaining
+	after := h.ResetAfter
+	if after < 0 {
+		after = max(b.Window, 1000)
+	}
+	reset := now + clamp(after) + clamp(h.Offset)
+	if limit > 0 && remaining == limit-1 && h.ResetAfter > 0 && (b.Span == 0 || h.ResetAfter < b.Span) {
+		b.Span = h.ResetAfter
+	}
+	b.Offset = clamp(h.Offset)
+	if h.ResetAfter >= 0 {
+		b.watchSliding(now, now+h.ResetAfter, limit, remaining)
+	}
+	if b.Known && limit != b.Limit {
+		b.TauLo, b.TauHi = 0, 0 // the drain time changes with the limit
+	}
+	used := limit - remaining // the level is in (used-1, used]
+	if h.ResetAfter >= 0 && limit > 0 {
+		ra := clamp(h.ResetAfter) * 1000
+		if used >= 1 {
+			if lo := ra / used; lo > b.TauLo {
+				b.TauLo = lo
+			}
+		}
+		if used >= 2 {
+			if hi := ceilDiv(ra, used-1); b.TauHi == 0 || hi < b.TauHi {
+				b.TauHi = hi
+			}
+		}
+	}
+	// The level the response reports: Reset-After divided by the shortest
+	// drain time it can be, or failing that the count Remaining implies.
+	// Requests in flight are in the model already (each grant added one).
+	// The model never forgets a request faster than the bucket drains: a
+	// reordered response showing a lower level does not lower it.
+	reported := float64(used)
+	if h.ResetAfter >= 0 && b.TauLo > 0 {
+		reported = max(reported-1, float64(clamp(h.ResetAfter)*1000)/float64(b.TauLo))
+	}
+	b.Level = max(b.levelNow(now), reported)
+	b.LevelAt = now
+	if !b.Known {
+		b.Known = true
+		b.Limit = limit
+		b.Remaining = remaining
+		if !b.Probe {
+			// Requests in flight on routes not learned yet may share this
+			// bucket: Discord has counted them, this response may not.
+			b.Remaining = max(0, remaining-probes)
+		}
+		b.ResetAt = reset
+		b.Window = reset - now
+	} else {
+		if limit > b.Limit {
+			b.Remaining += limit - b.Limit
+		}
+		b.Limit = limit
+		if remaining < b.Remaining {
+			b.Remaining = remaining
+		}
+		if b.Estimated || b.ResetAt == 0 || reset > b.ResetAt {
+			b.ResetAt = reset
+			b.Estimated = false
+		}
+		if w := reset - now; w > b.Window {
+			b.Window = w
+		}
+	}
+}
+
+// watchSliding compares a response with the previous one. Inside one
+// window, a fixed bucket's full-again moment stays put whatever the count,
+// while a sliding bucket's moves by window/limit per request counted
+// between the two responses (later for more used, earlier for fewer: the
+// comparison does not depend on the order responses arrive in). Two such
+// moves in a row make the bucket sliding; a count that changes while the
+// moment stays put makes it fixed again.
+func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
+	prev, prevSeen, prevRemaining := b.Instant, b.SeenAt, b.SeenRemaining
+	b.Instant, b.SeenAt, b.SeenRemaining = instant, now, remaining
+	if prevSeen == 0 || limit <= 0 || now >= prev-max(slidingGuard, b.Window/4) {
+		return // no previous response in this window
+	}
+	k := prevRemaining - remaining // requests counted between the two
+	if k == 0 {
+		return
+	}
+	d := instant - prev
+	if k < 0 {
+		k, d = -k, -d
+	}
+	tau := b.Window * 1000 / max(limit, 1) // microseconds
+	switch {
+	case d*1000 > k*max(tau/2, 2000):
+		b.Evidence++
+		if b.Evidence >= 2 {
+			b.Sliding = true
+		}
+	case d < 5 && d > -5:
+		b.Evidence = 0
+		b.Sliding = false
+		b.TauLo, b.TauHi = 0, 0
+	}
+}
+
+// Limited applies a 429 of scope user (or an unknown scope) received at
+// now: the bucket pauses for retry (offset included) and its window is
+// taken as spent until then. A 429 the headers did not announce also means
+// the bucket is not the smooth sliding window it looked like.
+func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
+	if h != nil {
+		b.Observe(now, *h, probes)
+	}
+	b.Pause = max(b.Pause, now+clamp(retry))
+	b.Sliding, b.Evidence = false, 0
+	if b.Known {
+		b.Remaining = 0
+		if b.ResetAt < b.Pause {
+			b.ResetAt, b.Estimated = b.Pause, false
+		}
+	}
+}
+
+// Shared applies a 429 of scope shared: the resource is busy for everyone,
+// the bucket's own counts stay as they are.
+func (b *Bucket) Shared(now, retry int64) {
+	b.Pause = max(b.Pause, now+clamp(retry))
+}
+
+// Bound returns a lower bound of when a new claim on b, with ahead claims
+// queued before it, can be granted (at least now).
+func (b *Bucket) Bound(now, blocked int64, ahead int64) int64 {
+	at := max(now, b.Pause, blocked)
+	if !b.Known || b.Limit <= 0 || b.Remaining > ahead {
+		return at
+	}
+	if b.Sliding {
+		// Slots come back one at a time: the next one when the model
+		// drips (the drip of later ones is not counted).
+		return max(at, b.dripAt())
+	}
+	if b.ResetAt > now {
+		// The refill at the reset serves the first limit waiters in line;
+		// each further limit waits at least one more window.
+		windows := (ahead - max(b.Remaining, 0)) / b.Limit
+		at = max(at, b.ResetAt+windows*b.Span)
+	}
+	return at
+}
+
+// Idle reports whether b holds nothing worth keeping at now: no request in
+// flight, no pause, and no window open.
+func (b *Bucket) Idle(now int64) bool {
+	if b.Pending > 0 || now < b.Pause {
+		return false
+	}
+	return b.Retired || !b.Known || b.ResetAt == 0 || now >= b.ResetAt
+}
+
+// maxDuration bounds durations read from responses (24 hours), so that
+// absurd values cannot overflow the arithmetic.
+const maxDuration = 24 * 3600 * 1000
+
+func clamp(d int64) int64 { return min(max(d, 0), maxDuration) }
+
+// ceilDiv returns a/b rounded up, for b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a > 0) == (b > 0) {
+		q++
+	}
+	return q
+}

@@ -1,0 +1,195 @@
+package memstore
+
+import (
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/model"
+)
+
+// route is what was learned about a route template.
+type route struct {
+	hash string // learned bucket hash; "" while unknown
+	none bool   // the route answers without rate-limit headers
+	seen int64
+	last *bucket // the bucket this route resolved to last, to skip a lookup
+}
+
+// bkey names a counter. Learned buckets have hash set and route empty; the
+// probe bucket of a route whose hash is not known yet has route set.
+type bkey struct {
+	hash, route, major string
+}
+
+// bucket is one counter, (credential, hash, major parameter), with its
+// waiters. Its rules are the model's.
+type bucket struct {
+	model.Bucket
+	key      bkey
+	c        *cred
+	removed  bool // swept: no longer in the credential's map
+	q        queue
+	alarm    alarm // pumps the bucket when time alone may open it
+	lastUsed int64
+}
+
+func (b *bucket) available(now int64) bool { return b.Available(now, b.c.m.Blocked) }
+
+// take grants a slot, counting a probe's request against its major.
+func (b *bucket) take(now int64) {
+	b.Take(now)
+	if b.Probe {
+		b.c.probes[b.key.major]++
+	}
+}
+
+// settle counts a granted request as answered.
+func (b *bucket) settle() {
+	b.unprobe()
+	b.Settle()
+}
+
+// giveBack returns a slot taken by a request that was never sent.
+func (b *bucket) giveBack(now int64) {
+	b.unprobe()
+	b.GiveBack()
+}
+
+// unprobe stops counting one of a probe's requests against its major.
+func (b *bucket) unprobe() {
+	if b.Pending > 0 && b.Probe {
+		if b.c.probes[b.key.major]--; b.c.probes[b.key.major] <= 0 {
+			delete(b.c.probes, b.key.major)
+		}
+	}
+}
+
+// resolve returns the bucket a request on route and major counts against,
+// creating it.
+func (s *Store) resolve(cr *cred, routeName, major string, now int64) *bucket {
+	r := cr.routes[routeName]
+	if r == nil {
+		r = &route{}
+		cr.routes[routeName] = r
+	}
+	r.seen = now
+	if r.none {
+		// No bucket: only pauses (a Cloudflare block) and the global limit
+		// apply, through the credential's unlimited bucket.
+		return s.unlimited(cr, now)
+	}
+	if b := r.last; b != nil && !b.removed && b.key.major == major && b.key.hash == r.hash && r.hash != "" {
+		b.lastUsed = now
+		return b
+	}
+	k := bkey{hash: r.hash, major: major}
+	if r.hash == "" {
+		k.route = routeName
+	}
+	b := cr.buckets[k]
+	if b == nil && r.hash != "" {
+		// The route was learned on another major parameter while this one's
+		// probe is still in flight: wait for that probe's answer.
+		if probe := cr.buckets[bkey{route: routeName, major: major}]; probe != nil && probe.Pending > 0 {
+			return probe
+		}
+	}
+	if b == nil {
+		b = &bucket{key: k, c: cr}
+		b.Probe = k.route != ""
+		cr.buckets[k] = b
+		s.nbuckets++
+	}
+	b.lastUsed = now
+	if r.hash != "" && b.key.hash == r.hash {
+		r.last = b
+	}
+	return b
+}
+
+// unlimited returns the credential's bucket for routes without one: it
+// never runs out, but pauses like any other.
+func (s *Store) unlimited(cr *cred, now int64) *bucket {
+	k := bkey{route: "\x00none"}
+	b := cr.buckets[k]
+	if b == nil {
+		b = &bucket{key: k, c: cr}
+		b.Unlimited = true
+		cr.buckets[k] = b
+		s.nbuckets++
+	}
+	b.lastUsed = now
+	return b
+}
+
+// learn applies what a response teaches about its route and returns the
+// bucket the response concerns: the one it names, the one it was granted
+// from, or nil when the route turned out to have none.
+func (s *Store) learn(cr *cred, granted *bucket, u *store.Update, now int64) *bucket {
+	r := cr.routes[u.Route]
+	if r == nil {
+		r = &route{seen: now}
+		cr.routes[u.Route] = r
+	}
+	learned := model.LearnRoute(r.hash, r.none, u.Bucket, int64(u.Status), u.HasLimit)
+	switch learned {
+	case model.RouteLearned:
+		r.hash, r.none = u.Bucket, false
+	case model.RouteNone:
+		r.none = true
+	}
+	if learned != model.RouteSame && granted != nil && granted.Probe {
+		granted.Retired = true
+	}
+	switch {
+	case u.Bucket != "":
+		return s.resolve(cr, u.Route, u.Major, now)
+	case learned == model.RouteNone:
+		return nil // bound by the global limit only
+	}
+	return granted
+}
+
+// maybeSweep drops idle state when the store has doubled in size since the
+// last sweep, or a minute has passed.
+func (s *Store) maybeSweep(now int64) {
+	if s.nbuckets < s.sweepAt && now-s.lastSweep < sweepEvery {
+		return
+	}
+	s.sweep(now)
+	s.lastSweep = now
+	s.sweepAt = max(minSweep, 2*s.nbuckets)
+}
+
+// sweep removes buckets whose windows have fully reset and that nobody uses,
+// routes unused for routeTTL, and credentials left with nothing.
+func (s *Store) sweep(now int64) {
+	for id, cr := range s.creds {
+		for k, b := range cr.buckets {
+			if b.q.empty() && !b.alarm.armed() && b.Idle(now) {
+				b.removed = true
+				delete(cr.buckets, k)
+				s.nbuckets--
+			}
+		}
+		for name, r := range cr.routes {
+			if now-r.seen > routeTTL {
+				delete(cr.routes, name)
+			}
+		}
+		for m, until := range cr.dead {
+			if now >= until {
+				delete(cr.dead, m)
+			}
+		}
+		if len(cr.buckets) == 0 && len(cr.routes) == 0 && len(cr.dead) == 0 && cr.idle(now) {
+			delete(s.creds, id)
+		}
+	}
+}
+
+func (cr *cred) idle(now int64) bool {
+	if !cr.globalQ.empty() || cr.alarm.armed() || now < cr.m.Pause || now < cr.m.Unauthorized {
+		return false
+	}
+	t, ok := cr.global.newest()
+	return !ok || now-t > cr.global.window
+}
