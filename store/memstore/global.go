@@ -10,13 +10,13 @@ package memstore
 // log slightly out of order; the check then waits on an entry that is not
 // the earliest, which only ever errs on the side of waiting.
 type ring struct {
-	t      []int64 // zero: a hole left by remove
-	gen    []uint64    // generation of each slot's entry, for tokens
-	head   int         // oldest entry when full
-	n      int         // entries in use, holes included
+	t      []int64  // zero: a hole left by remove
+	gen    []uint64 // generation of each slot's entry, for tokens
+	head   int      // oldest entry when full
+	n      int      // entries in use, holes included
 	holes  int
 	next_  uint64 // last generation handed out
-	window int64 // ms
+	window int64  // ms
 }
 
 const tokenPosShift = 40
