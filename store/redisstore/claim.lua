@@ -6,19 +6,19 @@
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 invalid   HASH  10-second slot index -> invalid responses in it
 --   5 dead      STRING present while a token-authenticated major is refused
---   6 bucket    HASH  state of the bucket the caller resolved (learned or no-bucket)
---   7 pending   ZSET  its granted, unreported permits -> expiry (ms)
---   8 tickets   ZSET  its waiting process queues -> arrival (ms)
---   9 ticketexp ZSET  the same queues -> expiry (ms)
---  10 pbucket   HASH  the probe bucket of (route, major)
---  11 ppending  ZSET  its pending permits
+--   6 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
+--   7 tickets   ZSET  its waiting process queues -> arrival (ms)
+--   8 ticketexp ZSET  the same queues -> expiry (ms)
+--   9 pbucket   STRING the model state of the probe bucket of (route, major)
+--  10 probes    HASH  major digest -> probe requests in flight
 -- ARGV:
 --   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
 --   3 global (1/0)          4 global limit            5 global window (ms)
 --   6 offset (ms)           7 invalid budget (<= 0: off)
 --   8 token auth (1/0)      9 slots wanted (>= 1)     10 permit id prefix
 --  11 pending timeout (ms) 12 queue id               13 poll interval (ms)
---  14 bucket TTL (ms)      15 route TTL (ms)
+--  14 bucket TTL (ms)      15 route TTL (ms)         16 major digest
+--  17 clock (ms, 0: Redis TIME)
 -- Reply, always an array whose first element is the kind:
 --   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
 --      a delay > 0 reserves one slot: the request may go that much later
@@ -26,7 +26,8 @@
 --   {2, retry ms, reason (1 invalid budget, 2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
 
--- now, ceil and extend come from common.lua, prepended when loading.
+-- now, ceil, extend, loadBucket, saveBucket and the model come from
+-- common.lua and model.lua, prepended when loading.
 
 local route, guess = ARGV[1], ARGV[2]
 local isGlobal = ARGV[3] == '1'
@@ -36,21 +37,22 @@ local tokenAuth = ARGV[8] == '1'
 local want, prefix = tonumber(ARGV[9]), ARGV[10]
 local pendingTTL, qid = tonumber(ARGV[11]), ARGV[12]
 local poll, bucketTTL, routeTTL = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local majorDigest = ARGV[16]
 
 -- The invalid-request guard, counted per credential in 10-second slots.
 if budget > 0 then
   local slots = redis.call('HGETALL', KEYS[4])
-  local cur = math.floor(now / 10000)
+  local cur = math.floor(now / INVALID_SLOT)
   local n, oldest = 0, nil
   for i = 1, #slots, 2 do
     local idx, c = tonumber(slots[i]), tonumber(slots[i + 1])
-    if idx and c and cur - idx <= 60 then
+    if idx and c and cur - idx <= INVALID_SLOTS then
       n = n + c
       if oldest == nil or idx < oldest then oldest = idx end
     end
   end
   if n >= budget then
-    return {2, ceil((oldest + 61) * 10000 - now), 1}
+    return {2, ceil((oldest + INVALID_SLOTS + 1) * INVALID_SLOT - now), 1}
   end
 end
 
@@ -73,130 +75,94 @@ if not r then r = '' end
 if r ~= guess then return {3, r} end
 if r ~= '' then redis.call('PEXPIRE', KEYS[1], routeTTL) end
 
-local B, P = KEYS[6], KEYS[7]
+local B = KEYS[6]
 local kind = 0
-local fields = {'known', 'limit', 'remaining', 'reset', 'window', 'pause', 'retired', 'est'}
-local f
+local b, found
 if r == '' then
-  kind, B, P = 1, KEYS[10], KEYS[11]
+  kind, B = 1, KEYS[9]
 elseif r == '\0' then
   kind = 2
-else
-  -- A hash holds at least one of these fields or does not exist.
-  f = redis.call('HMGET', B, unpack(fields))
-  if not (f[1] or f[2] or f[3] or f[4] or f[5] or f[6] or f[7] or f[8]) then
-    -- The route was learned on another major while this major's probe
-    -- is still in flight: wait for that probe's answer.
-    redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now)
-    if redis.call('ZCARD', KEYS[11]) > 0 then
-      kind, B, P = 1, KEYS[10], KEYS[11]
-      f = nil
+end
+b, found = loadBucket(B, kind)
+if kind == 0 and not found then
+  -- The route was learned on another major while this major's probe
+  -- is still in flight: wait for that probe's answer.
+  local pb = loadBucket(KEYS[9], 1)
+  if pb.pending > 0 then kind, B, b = 1, KEYS[9], pb end
+end
+
+if not available(b, now, blocked) and (now < b.pause or now < blocked) then
+  local scope = 3
+  if blocked > b.pause then scope = 1 end
+  local w = ceil(math.max(b.pause, blocked) - now)
+  return {1, w, w, scope}
+end
+
+-- Tickets: process queues that were refused on a learned bucket, in
+-- arrival order. Each one ahead keeps a slot; what is left is shared with
+-- those behind.
+local useTickets = kind == 0
+local ahead, behind, rank = 0, 1, false
+if useTickets then
+  -- The line holds the same queues as their expiries: an empty line has
+  -- nothing to expire.
+  local m = redis.call('ZCARD', KEYS[7])
+  if m > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+    if #gone > 0 then
+      for i = 1, #gone, 1000 do
+        local j = math.min(i + 999, #gone)
+        redis.call('ZREM', KEYS[8], unpack(gone, i, j))
+        redis.call('ZREM', KEYS[7], unpack(gone, i, j))
+      end
+      m = redis.call('ZCARD', KEYS[7])
     end
+    rank = m > 0 and redis.call('ZRANK', KEYS[7], qid)
+  end
+  if rank then
+    ahead, behind = rank, m - rank
+  else
+    ahead, behind = m, 1
   end
 end
 
-if not f then f = redis.call('HMGET', B, unpack(fields)) end
-local known = f[1] == '1'
-local limit = tonumber(f[2]) or 0
-local remaining = tonumber(f[3]) or 0
-local reset = tonumber(f[4]) or 0
-local window = tonumber(f[5]) or 0
-local pause = tonumber(f[6]) or 0
-local retired = f[7] == '1'
-
-local hold = pause
-local holdScope = 3
-if blocked > hold then hold, holdScope = blocked, 1 end
-if hold > now then
-  local w = ceil(hold - now)
-  return {1, w, w, holdScope}
-end
-if retired then return {1, poll, 0, 1} end
-
--- The count of unexpired pending permits, read when first needed.
-local pending
-local function pendingCount()
-  if pending == nil then
-    pending = 0
-    if kind ~= 2 then
-      redis.call('ZREMRANGEBYSCORE', P, '-inf', now)
-      pending = redis.call('ZCARD', P)
-    end
-  end
-  return pending
-end
-
-local avail
-local dirty = false
-local useTickets = false
-local ahead, behind = 0, 1
-local rank = false
+-- How many of the model's successive grants at now are this queue's: the
+-- first ones are kept for the queues ahead.
+local free = 0
 if kind == 2 then
-  avail = want
-elseif not known then
-  -- A probe: one request at a time until a response names the limits.
-  if pendingCount() > 0 then return {1, poll, 0, 1} end
-  avail = 1
+  free = want
 else
-  if reset > 0 and now >= reset and pendingCount() == 0 then
-    remaining, reset, dirty = limit, 0, true
+  local probe = {}
+  for k, v in pairs(b) do probe[k] = v end
+  while free < want + ahead and available(probe, now, blocked) do
+    take(probe, now)
+    free = free + 1
   end
-  if kind == 0 then
-    -- Tickets: process queues that were refused, in arrival order. Each
-    -- one ahead keeps a slot; what is left is shared with those behind.
-    useTickets = true
-    -- The line holds the same queues as their expiries: an empty line
-    -- has nothing to expire.
-    local m = redis.call('ZCARD', KEYS[8])
-    if m > 0 then
-      local gone = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)
-      if #gone > 0 then
-        for i = 1, #gone, 1000 do
-          local j = math.min(i + 999, #gone)
-          redis.call('ZREM', KEYS[9], unpack(gone, i, j))
-          redis.call('ZREM', KEYS[8], unpack(gone, i, j))
-        end
-        m = redis.call('ZCARD', KEYS[8])
-      end
-      rank = m > 0 and redis.call('ZRANK', KEYS[8], qid)
-    end
-    if rank then
-      ahead, behind = rank, m - rank
-    else
-      ahead, behind = m, 1
-    end
-  end
-  avail = remaining - ahead
-  if avail <= 0 then
-    local sleep, bound
-    if remaining > 0 then
-      sleep, bound = poll, 0
-    elseif reset > now then
-      bound = ceil(reset - now)
-      sleep = bound
-      if limit > 0 and window > 0 then
-        sleep = sleep + math.floor(ahead / limit) * window
-      end
-      if pendingCount() > 0 then sleep = bound end
-    else
-      sleep, bound = poll, 0
-    end
-    if useTickets then
-      if not rank then redis.call('ZADD', KEYS[8], now, qid) end
-      local exp = now + sleep + poll + 1000
-      redis.call('ZADD', KEYS[9], exp, qid)
-      local keep = ceil(exp - now) + 1000
-      extend(KEYS[8], keep)
-      extend(KEYS[9], keep)
-    end
-    if dirty then
-      redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
-    end
-    if useTickets then return {1, sleep, bound, 1, 1} end
-    return {1, sleep, bound, 1, 0}
-  end
-  avail = math.ceil(avail / behind)
 end
+local avail = free - ahead
+if avail <= 0 then
+  local sleep, lower = poll, 0
+  local wk = wakeAt(b, now, blocked)
+  if wk > 0 and (free == 0 or b.remaining <= 0) then
+    lower = ceil(bound(b, now, blocked, ahead) - now)
+    sleep = math.max(ceil(wk - now), lower)
+    if b.sliding then
+      -- One slot drips at a time: the queues ahead take the first ones.
+      sleep = sleep + ceil(ahead * tau(b) / 1000)
+    end
+  end
+  if useTickets then
+    if not rank then redis.call('ZADD', KEYS[7], now, qid) end
+    local exp = now + sleep + poll + 1000
+    redis.call('ZADD', KEYS[8], exp, qid)
+    local keep = ceil(exp - now) + 1000
+    extend(KEYS[7], keep)
+    extend(KEYS[8], keep)
+    return {1, sleep, lower, 1, 1}
+  end
+  return {1, sleep, lower, 1, 0}
+end
+avail = math.ceil(avail / behind)
 
 -- zaddEach adds members prefix .. 1 to prefix .. n to the sorted set key,
 -- all with score.
@@ -222,8 +188,8 @@ if isGlobal then
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - gwindow)
   local cnt = redis.call('ZCARD', KEYS[3])
-  local free = glimit - cnt
-  if free <= 0 then
+  local gfree = glimit - cnt
+  if gfree <= 0 then
     -- The window is full. A grant at moment T is allowed when fewer than
     -- glimit entries lie after T - gwindow, so the first slot opens
     -- gwindow after the entry glimit places from the end.
@@ -234,9 +200,6 @@ if isGlobal then
       -- That entry's request has not answered yet: its slot may open
       -- earlier than its score says. Wait and ask again.
       local w = ceil(at - now)
-      if dirty then
-        redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
-      end
       return {1, w, w, 2}
     end
     -- Its request has answered, so the moment is exact: reserve that
@@ -245,8 +208,8 @@ if isGlobal then
     -- claimed, each with a single claim.
     delay = ceil(at - now)
     k = 1
-  elseif k > free then
-    k = free
+  elseif k > gfree then
+    k = gfree
   end
   zaddEach(KEYS[3], now + delay + offset, k)
   -- Every key gets a TTL when created: one that held entries has one.
@@ -258,28 +221,13 @@ if isGlobal then
 end
 
 if kind ~= 2 then
-  zaddEach(P, now + delay + pendingTTL, k)
-  -- Each update removes its permit: P is often new.
-  extend(P, delay + pendingTTL + 1000, true)
-end
-if known and kind ~= 2 then
-  remaining = remaining - k
-  if reset == 0 then
-    reset = now + delay + window
-    redis.call('HSET', B, 'remaining', remaining, 'reset', reset, 'est', 1)
-    dirty = false
-  else
-    dirty = true
+  for _ = 1, k do take(b, now) end
+  b.pendingUntil = now + delay + pendingTTL
+  saveBucket(B, b, bucketTTL)
+  if kind == 1 then
+    redis.call('HINCRBY', KEYS[10], majorDigest, k)
+    extend(KEYS[10], delay + pendingTTL + 1000)
   end
-end
-if dirty then
-  redis.call('HSET', B, 'remaining', remaining, 'reset', reset)
-end
-if kind ~= 2 or dirty then
-  local keep = bucketTTL
-  local last = math.max(reset, pause)
-  if last > now then keep = keep + ceil(last - now) end
-  redis.call('PEXPIRE', B, keep)
 end
 
 local ticket = 0
@@ -287,13 +235,13 @@ if useTickets then
   if want > k then
     ticket = 1
     -- Served in part: go to the back of the line.
-    redis.call('ZADD', KEYS[8], now, qid)
-    redis.call('ZADD', KEYS[9], now + poll + 1000, qid)
+    redis.call('ZADD', KEYS[7], now, qid)
+    redis.call('ZADD', KEYS[8], now + poll + 1000, qid)
+    extend(KEYS[7], poll + 2000)
     extend(KEYS[8], poll + 2000)
-    extend(KEYS[9], poll + 2000)
   elseif rank then
+    redis.call('ZREM', KEYS[7], qid)
     redis.call('ZREM', KEYS[8], qid)
-    redis.call('ZREM', KEYS[9], qid)
   end
 end
 

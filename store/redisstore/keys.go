@@ -11,9 +11,10 @@ const noBucket = "\x00"
 
 // Bucket kinds, as the scripts number them.
 const (
-	kindLearned = 0 // a learned (hash, major) counter
-	kindProbe   = 1 // the probe of a (route, major) whose hash is unknown
-	kindNone    = 2 // the credential's bucket for routes without one
+	kindLearned  = 0  // a learned (hash, major) counter
+	kindProbe    = 1  // the probe of a (route, major) whose hash is unknown
+	kindNone     = 2  // the credential's bucket for routes without one
+	kindNoPermit = -1 // an update without a permit of this Store
 )
 
 // digest returns a short hex SHA-256 digest of the parts joined by NUL.
@@ -43,12 +44,12 @@ func (k credKeys) routes() string  { return k.base + "r" }
 func (k credKeys) cred() string    { return k.base + "c" }
 func (k credKeys) global() string  { return k.base + "g" }
 func (k credKeys) invalid() string { return k.base + "i" }
+func (k credKeys) probes() string  { return k.base + "m" }
 
 // dead is the cooldown key of a token-authenticated major.
 func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }
 
 func (k credKeys) bucket(bid string) string    { return k.base + "b:" + bid }
-func (k credKeys) pending(bid string) string   { return k.base + "p:" + bid }
 func (k credKeys) tickets(bid string) string   { return k.base + "w:" + bid }
 func (k credKeys) ticketExp(bid string) string { return k.base + "x:" + bid }
 

@@ -290,8 +290,8 @@ func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (
 	}
 	keys := []string{
 		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(c.Major),
-		k.bucket(bid), k.pending(bid), k.tickets(bid), k.ticketExp(bid),
-		k.bucket(pid), k.pending(pid),
+		k.bucket(bid), k.tickets(bid), k.ticketExp(bid),
+		k.bucket(pid), k.probes(),
 	}
 	glimit := c.GlobalLimit
 	if glimit <= 0 {
@@ -309,6 +309,7 @@ func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (
 		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
 		millis(store.ClampDuration(c.Offset)), budget, flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
+		digest(c.Major), s.clockArg(),
 	}
 	v, err := claimScript.Run(s.ctx, s.client, keys, args...).Result()
 	if err != nil {

@@ -58,6 +58,10 @@ type Store struct {
 	local    *memstore.Store
 	degraded atomic.Bool
 
+	// clock, when set, is the time the scripts use instead of Redis TIME
+	// (tests drive the scripts with a fake clock).
+	clock func() time.Time
+
 	fallbacks   atomic.Uint64
 	recoveries  atomic.Uint64
 	errs        atomic.Uint64
@@ -285,7 +289,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	default:
 		// Not a permit of this Store: learn from the response without
 		// releasing any slot.
-		h2 := &permit{cred: u.Credential, route: u.Route, major: u.Major, kind: kindProbe}
+		h2 := &permit{cred: u.Credential, route: u.Route, major: u.Major, kind: kindNoPermit}
 		return s.apply(context.WithoutCancel(ctx), h2, u)
 	}
 }
@@ -300,7 +304,7 @@ func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
 	}
 	keys := []string{
 		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(h.major),
-		k.bucket(gid), k.pending(gid), k.bucket(tid),
+		k.bucket(gid), k.bucket(tid), k.probes(),
 	}
 	resetAfter := int64(-1)
 	if u.ResetAfter >= 0 {
@@ -320,7 +324,7 @@ func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter) + offset), millis(offset),
 		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
-		millis(bucketTTL), millis(routeTTL),
+		millis(bucketTTL), millis(routeTTL), digest(h.major), s.clockArg(),
 	}
 	v, err := updateScript.Run(ctx, s.client, keys, args...).Result()
 	var wake int64
@@ -411,6 +415,15 @@ func flag(b bool) int {
 // millis converts d to whole milliseconds, rounding up.
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// clockArg is the scripts' last argument: the time in milliseconds they
+// use, or 0 for Redis TIME.
+func (s *Store) clockArg() int64 {
+	if s.clock == nil {
+		return 0
+	}
+	return s.clock().UnixMilli()
 }
 
 func (s *Store) nextID() string {

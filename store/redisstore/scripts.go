@@ -9,6 +9,8 @@ import (
 )
 
 var (
+	//go:embed model.lua
+	modelSource string
 	//go:embed common.lua
 	commonSource string
 	//go:embed claim.lua
@@ -16,10 +18,10 @@ var (
 	//go:embed update.lua
 	updateSource string
 
-	// The scripts share the helpers of common.lua: Redis runs each script
-	// on its own, so they are joined before loading.
-	claimScript  = redis.NewScript(commonSource + claimSource)
-	updateScript = redis.NewScript(commonSource + updateSource)
+	// The scripts share the model and the helpers of common.lua: Redis
+	// runs each script on its own, so they are joined before loading.
+	claimScript  = redis.NewScript(modelSource + commonSource + claimSource)
+	updateScript = redis.NewScript(modelSource + commonSource + updateSource)
 )
 
 // errReply reports a script reply of an unexpected shape.

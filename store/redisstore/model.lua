@@ -1,0 +1,272 @@
+-- The rate-limit model of store/internal/model (model.go and cred.go),
+-- function by function, for the scripts. Times are Redis milliseconds; the
+-- drain times (tauLo, tauHi) are microseconds. A change here without the
+-- same change there fails the transition table and the differential test.
+--
+-- A bucket is a table with the fields of model.Bucket; it is kept in Redis
+-- as one MessagePack array (see encode) with the Redis-only field
+-- pendingUntil: when every permit still pending has timed out.
+
+local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
+  'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
+  'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil'}
+local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true}
+
+local MAX_DURATION = 24 * 3600 * 1000
+local SLIDING_GUARD = 20
+
+local function clamp(d)
+  if d < 0 then return 0 end
+  if d > MAX_DURATION then return MAX_DURATION end
+  return d
+end
+
+-- idiv is Go's integer division (truncated) for the non-negative operands
+-- the model divides.
+local function idiv(a, b)
+  return math.floor(a / b)
+end
+
+-- ceilDiv is a/b rounded up, for b > 0.
+local function ceilDiv(a, b)
+  return math.ceil(a / b)
+end
+
+local function newBucket()
+  local b = {}
+  for _, f in ipairs(FIELDS) do
+    if FLAGS[f] then b[f] = false else b[f] = 0 end
+  end
+  return b
+end
+
+local function decode(v)
+  local a = cmsgpack.unpack(v)
+  local b = {}
+  for i, f in ipairs(FIELDS) do
+    local x = a[i] or 0
+    if FLAGS[f] then b[f] = x == 1 else b[f] = x end
+  end
+  return b
+end
+
+local function encode(b)
+  local a = {}
+  for i, f in ipairs(FIELDS) do
+    local x = b[f]
+    if FLAGS[f] then
+      if x then a[i] = 1 else a[i] = 0 end
+    else
+      a[i] = x
+    end
+  end
+  return cmsgpack.pack(a)
+end
+
+local function tau(b)
+  if b.tauHi > 0 then return b.tauHi end
+  return idiv(b.window * 1000, math.max(b.limit, 1))
+end
+
+local function levelNow(b, t)
+  local ta = tau(b)
+  if ta <= 0 or b.levelAt == 0 then return b.level end
+  return math.max(0, b.level - ((t - b.levelAt) * 1000) / ta)
+end
+
+local function dripFree(b, t)
+  local ta = tau(b)
+  return ta > 0 and levelNow(b, t) + (b.offset * 1000) / ta + 1 <= b.limit
+end
+
+local function dripAt(b)
+  local ta = tau(b)
+  local excess = b.level - (b.limit - 1 - (b.offset * 1000) / ta)
+  return b.levelAt + math.ceil((math.max(excess, 0) * ta) / 1000)
+end
+
+local function available(b, t, blocked)
+  if t < b.pause or t < blocked or b.retired then return false end
+  if b.unlimited then return true end
+  if not b.known then return b.pending == 0 end
+  if not b.sliding and b.pending == 0 and b.resetAt ~= 0 and t >= b.resetAt then
+    b.remaining = b.limit
+    b.resetAt = 0
+  end
+  return b.remaining > 0 or (b.sliding and dripFree(b, t))
+end
+
+local function wakeAt(b, t, blocked)
+  local at = math.max(b.pause, blocked)
+  if at > t then return at end
+  if b.known and b.remaining <= 0 and b.sliding then
+    return math.max(dripAt(b), t + 1)
+  end
+  if b.known and b.remaining <= 0 and b.pending == 0 and b.resetAt > t then
+    return b.resetAt
+  end
+  return 0
+end
+
+local function take(b, t)
+  b.pending = b.pending + 1
+  if not b.known or b.unlimited then return end
+  b.level = levelNow(b, t) + 1
+  b.levelAt = t
+  b.remaining = b.remaining - 1
+  if b.resetAt == 0 then
+    b.resetAt = t + b.window
+    b.estimated = true
+  end
+end
+
+local function settle(b)
+  if b.pending > 0 then b.pending = b.pending - 1 end
+end
+
+local function giveBack(b)
+  settle(b)
+  if b.known and b.remaining < b.limit then b.remaining = b.remaining + 1 end
+  if b.level >= 1 then b.level = b.level - 1 end
+end
+
+local function watchSliding(b, t, instant, limit, remaining)
+  local prev, prevSeen, prevRemaining = b.instant, b.seenAt, b.seenRemaining
+  b.instant, b.seenAt, b.seenRemaining = instant, t, remaining
+  if prevSeen == 0 or limit <= 0 or t >= prev - math.max(SLIDING_GUARD, idiv(b.window, 4)) then
+    return
+  end
+  local k = prevRemaining - remaining
+  if k == 0 then return end
+  local d = instant - prev
+  if k < 0 then k, d = -k, -d end
+  local ta = idiv(b.window * 1000, math.max(limit, 1))
+  if d * 1000 > k * math.max(idiv(ta, 2), 2000) then
+    b.evidence = b.evidence + 1
+    if b.evidence >= 2 then b.sliding = true end
+  elseif d < 5 and d > -5 then
+    b.evidence = 0
+    b.sliding = false
+    b.tauLo, b.tauHi = 0, 0
+  end
+end
+
+-- observe applies headers h = {limit, remaining, resetAfter, offset}.
+local function observe(b, t, h, probes)
+  local limit, remaining = h.limit, h.remaining
+  local after = h.resetAfter
+  if after < 0 then after = math.max(b.window, 1000) end
+  local reset = t + clamp(after) + clamp(h.offset)
+  if limit > 0 and remaining == limit - 1 and h.resetAfter > 0 and (b.span == 0 or h.resetAfter < b.span) then
+    b.span = h.resetAfter
+  end
+  b.offset = clamp(h.offset)
+  if h.resetAfter >= 0 then
+    watchSliding(b, t, t + h.resetAfter, limit, remaining)
+  end
+  if b.known and limit ~= b.limit then
+    b.tauLo, b.tauHi = 0, 0
+  end
+  local used = limit - remaining
+  if h.resetAfter >= 0 and limit > 0 then
+    local ra = clamp(h.resetAfter) * 1000
+    if used >= 1 then
+      local lo = idiv(ra, used)
+      if lo > b.tauLo then b.tauLo = lo end
+    end
+    if used >= 2 then
+      local hi = ceilDiv(ra, used - 1)
+      if b.tauHi == 0 or hi < b.tauHi then b.tauHi = hi end
+    end
+  end
+  local reported = used
+  if h.resetAfter >= 0 and b.tauLo > 0 then
+    reported = math.max(reported - 1, (clamp(h.resetAfter) * 1000) / b.tauLo)
+  end
+  b.level = math.max(levelNow(b, t), reported)
+  b.levelAt = t
+  if not b.known then
+    b.known = true
+    b.limit = limit
+    b.remaining = remaining
+    if not b.probe then b.remaining = math.max(0, remaining - probes) end
+    b.resetAt = reset
+    b.window = reset - t
+  else
+    if limit > b.limit then b.remaining = b.remaining + limit - b.limit end
+    b.limit = limit
+    if remaining < b.remaining then b.remaining = remaining end
+    if b.estimated or b.resetAt == 0 or reset > b.resetAt then
+      b.resetAt = reset
+      b.estimated = false
+    end
+    if reset - t > b.window then b.window = reset - t end
+  end
+end
+
+local function limited(b, t, retry, h, probes)
+  if h then observe(b, t, h, probes) end
+  b.pause = math.max(b.pause, t + clamp(retry))
+  b.sliding, b.evidence = false, 0
+  if b.known then
+    b.remaining = 0
+    if b.resetAt < b.pause then b.resetAt, b.estimated = b.pause, false end
+  end
+end
+
+local function shared(b, t, retry)
+  b.pause = math.max(b.pause, t + clamp(retry))
+end
+
+local function bound(b, t, blocked, ahead)
+  local at = math.max(t, b.pause, blocked)
+  if not b.known or b.limit <= 0 or b.remaining > ahead then return at end
+  if b.sliding then return math.max(at, dripAt(b)) end
+  if b.resetAt > t then
+    local windows = idiv(ahead - math.max(b.remaining, 0), b.limit)
+    at = math.max(at, b.resetAt + windows * b.span)
+  end
+  return at
+end
+
+-- idle reports whether b holds nothing worth keeping at t.
+local function idle(b, t)
+  if b.pending > 0 or t < b.pause then return false end
+  return b.retired or not b.known or b.resetAt == 0 or t >= b.resetAt
+end
+
+-- A credential: {pause, blocked, unauthorized}.
+local function credLimited(c, t, scope, retry)
+  if scope == 'global' then
+    c.pause = math.max(c.pause, t + clamp(retry))
+  elseif scope == 'blocked' then
+    c.blocked = math.max(c.blocked, t + clamp(retry))
+    c.pause = math.max(c.pause, c.blocked)
+  else
+    return false
+  end
+  return true
+end
+
+local function invalid(status, scope)
+  return status == 401 or status == 403 or (status == 429 and scope ~= 'shared')
+end
+
+-- cooldownOf: 0 none, 1 the credential (401), 2 a token-authenticated major.
+local function cooldownOf(status, tokenAuth)
+  if tokenAuth and (status == 401 or status == 404) then return 2 end
+  if not tokenAuth and status == 401 then return 1 end
+  return 0
+end
+
+-- learnRoute: 0 same, 1 learned the named hash, 2 no bucket.
+local function learnRoute(hash, none, bucket, status, hasLimit)
+  if bucket ~= '' then
+    if hash ~= bucket or none then return 1 end
+  elseif status >= 200 and status < 300 and not hasLimit and hash == '' and not none then
+    return 2
+  end
+  return 0
+end
+
+local INVALID_SLOT, INVALID_SLOTS = 10000, 60
