@@ -1,0 +1,481 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store/internal/model"
+	"github.com/ratecord/ratecord/store/redisstore"
+)
+
+// The rate-limit model has two homes: store/internal/model in Go (memstore
+// runs it) and model.lua (the Redis scripts run it). These tests run every
+// transition in both and require the same state and the same decision
+// after every step, so a rule changed in one home and not the other fails
+// here.
+
+// harness runs one model function of model.lua on a bucket given as
+// arguments and returns the function's result and the bucket after it.
+const harness = `
+local st = {}
+for i, f in ipairs(FIELDS) do
+  local x = tonumber(ARGV[i + 1])
+  if FLAGS[f] then st[f] = x == 1 else st[f] = x end
+end
+local n = #FIELDS + 1
+local function a(i) return tonumber(ARGV[n + i]) end
+local function hdr(i) return {limit = a(i), remaining = a(i + 1), resetAfter = a(i + 2), offset = a(i + 3)} end
+local op, res = ARGV[1], 0
+local function flag(x) if x then return 1 end return 0 end
+if op == 'available' then res = flag(available(st, a(1), a(2)))
+elseif op == 'take' then take(st, a(1))
+elseif op == 'settle' then settle(st)
+elseif op == 'giveBack' then giveBack(st)
+elseif op == 'observe' then observe(st, a(1), hdr(3), a(2))
+elseif op == 'limited' then
+  local h = nil
+  if a(3) == 1 then h = hdr(4) end
+  limited(st, a(1), a(2), h, a(8))
+elseif op == 'shared' then shared(st, a(1), a(2))
+elseif op == 'wakeAt' then res = wakeAt(st, a(1), a(2))
+elseif op == 'bound' then res = bound(st, a(1), a(2), a(3))
+elseif op == 'idle' then res = flag(idle(st, a(1)))
+end
+local out = {string.format('%.17g', res)}
+for i, f in ipairs(FIELDS) do
+  local x = st[f]
+  if FLAGS[f] then x = flag(x) end
+  out[i + 1] = string.format('%.17g', x)
+end
+return out
+`
+
+var harnessScript = redis.NewScript(redisstore.ModelSource + harness)
+
+// op is one model function with its arguments, as both homes take them.
+type op struct {
+	name string
+	args []int64 // see harness
+}
+
+func (o op) String() string { return fmt.Sprintf("%s%v", o.name, o.args) }
+
+func opAvailable(now, blocked int64) op { return op{"available", []int64{now, blocked}} }
+func opTake(now int64) op               { return op{"take", []int64{now}} }
+func opSettle() op                      { return op{"settle", nil} }
+func opGiveBack() op                    { return op{"giveBack", nil} }
+func opWakeAt(now, blocked int64) op    { return op{"wakeAt", []int64{now, blocked}} }
+func opBound(now, blocked, ahead int64) op {
+	return op{"bound", []int64{now, blocked, ahead}}
+}
+func opIdle(now int64) op          { return op{"idle", []int64{now}} }
+func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
+func opObserve(now, probes int64, h model.Headers) op {
+	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset}}
+}
+func opLimited(now, retry int64, h *model.Headers, probes int64) op {
+	if h == nil {
+		return op{"limited", []int64{now, retry, 0, 0, 0, 0, 0, probes}}
+	}
+	return op{"limited", []int64{now, retry, 1, h.Limit, h.Remaining, h.ResetAfter, h.Offset, probes}}
+}
+
+// apply runs o on the Go model and returns its result as the harness
+// does (booleans as 0 and 1).
+func (o op) apply(b *model.Bucket) float64 {
+	a := o.args
+	hdr := func(i int) model.Headers {
+		return model.Headers{Limit: a[i], Remaining: a[i+1], ResetAfter: a[i+2], Offset: a[i+3]}
+	}
+	flag := func(x bool) float64 {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	switch o.name {
+	case "available":
+		return flag(b.Available(a[0], a[1]))
+	case "take":
+		b.Take(a[0])
+	case "settle":
+		b.Settle()
+	case "giveBack":
+		b.GiveBack()
+	case "observe":
+		b.Observe(a[0], hdr(2), a[1])
+	case "limited":
+		var h *model.Headers
+		if a[2] == 1 {
+			x := hdr(3)
+			h = &x
+		}
+		b.Limited(a[0], a[1], h, a[7])
+	case "shared":
+		b.Shared(a[0], a[1])
+	case "wakeAt":
+		return float64(b.WakeAt(a[0], a[1]))
+	case "bound":
+		return float64(b.Bound(a[0], a[1], a[2]))
+	case "idle":
+		return flag(b.Idle(a[0]))
+	default:
+		panic("unknown op " + o.name)
+	}
+	return 0
+}
+
+// fields returns b in model.lua's FIELDS order (pendingUntil, a field of
+// the Redis store only, last and 0).
+func fields(b *model.Bucket) []float64 {
+	f := func(x bool) float64 {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	return []float64{
+		f(b.Known), float64(b.Limit), float64(b.Remaining), float64(b.ResetAt), f(b.Estimated),
+		float64(b.Window), float64(b.Span), float64(b.Offset), float64(b.Pending), float64(b.Pause),
+		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
+		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
+		float64(b.TauHi), 0,
+	}
+}
+
+// runLua applies o to the bucket st (in FIELDS order) in model.lua and
+// returns the result and the bucket after it.
+func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o op) (float64, []float64) {
+	t.Helper()
+	args := []any{o.name}
+	for _, x := range st {
+		args = append(args, strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	for _, x := range o.args {
+		args = append(args, x)
+	}
+	v, err := harnessScript.Run(ctx, c, nil, args...).StringSlice()
+	if err != nil {
+		t.Fatalf("model.lua %v: %v", o, err)
+	}
+	out := make([]float64, len(v))
+	for i, s := range v {
+		if out[i], err = strconv.ParseFloat(s, 64); err != nil {
+			t.Fatalf("model.lua %v: reply %q: %v", o, v, err)
+		}
+	}
+	return out[0], out[1:]
+}
+
+var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
+	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
+	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil"}
+
+// step applies o in both homes, from the same state, and fails t when
+// they disagree on the result or on any field. It returns the Go result.
+func step(ctx context.Context, t *testing.T, c *redis.Client, b *model.Bucket, o op, trail []op) float64 {
+	t.Helper()
+	before := fields(b)
+	got := o.apply(b)
+	luaGot, luaState := runLua(ctx, t, c, before, o)
+	after := fields(b)
+	if got != luaGot && !(math.IsNaN(got) && math.IsNaN(luaGot)) {
+		t.Fatalf("after %v: %v = %v in Go, %v in model.lua", trail, o, got, luaGot)
+	}
+	for i, x := range after {
+		if luaState[i] != x {
+			t.Fatalf("after %v: %v leaves %s = %v in Go, %v in model.lua", trail, o, fieldNames[i], x, luaState[i])
+		}
+	}
+	return got
+}
+
+func modelClient(t *testing.T) *redis.Client {
+	t.Helper()
+	return newClient(t, redisAddr(t))
+}
+
+const t0 = 1_700_000_000_000 // a Redis time, in ms
+
+// TestModelTransitions is the table of the model's rules: each case builds
+// a bucket through a sequence of transitions, checks the decisions the
+// rule is about in Go, and requires model.lua to reach the same state and
+// decisions at every step.
+func TestModelTransitions(t *testing.T) {
+	c := modelClient(t)
+	h := func(limit, remaining, resetAfter int64) model.Headers {
+		return model.Headers{Limit: limit, Remaining: remaining, ResetAfter: resetAfter, Offset: 10}
+	}
+	type check struct {
+		at   int // after this many steps
+		op   op
+		want float64
+	}
+	cases := []struct {
+		name   string
+		start  model.Bucket
+		steps  []op
+		checks []check // decisions read without changing the bucket, in Go and Lua alike
+	}{
+		{
+			name:  "probe: one request at a time until the limits are known",
+			start: model.Bucket{Probe: true},
+			steps: []op{opTake(t0), opObserve(t0+50, 0, h(5, 4, 1000)), opSettle()},
+			checks: []check{
+				{1, opAvailable(t0+1, 0), 0},
+				{3, opAvailable(t0+60, 0), 1},
+			},
+		},
+		{
+			name:  "fixed window: remaining counts grants, refill only after reset and answers",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(2, 1, 1000)), opTake(t0), opAvailable(t0, 0),
+				opTake(t0 + 1), // a grant Available refused is the caller's bug; the model still counts it
+			},
+			checks: []check{
+				{1, opAvailable(t0, 0), 1},
+				{3, opAvailable(t0+5000, 0), 0}, // reset passed, two answers missing
+				{3, opWakeAt(t0+5, 0), 0},       // only a response opens it
+			},
+		},
+		{
+			name:  "fixed window: stale response does not raise remaining nor move reset earlier",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 1, 800)),
+				opObserve(t0+10, 0, h(5, 3, 200)),
+			},
+			checks: []check{
+				{2, opBound(t0+10, 0, 1), t0 + 810},
+				{2, opAvailable(t0+11, 0), 1},
+			},
+		},
+		{
+			name:  "limit raised mid-window adds the difference; lowered caps remaining",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 2, 1000)),
+				opObserve(t0+10, 0, h(8, 7, 990)),
+				opObserve(t0+20, 0, h(3, 2, 980)),
+			},
+		},
+		{
+			name:  "unknown reset-after assumes the longest window seen, at least a second",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(5, 0, -1))},
+			checks: []check{
+				{1, opWakeAt(t0+1, 0), t0 + 1010},
+			},
+		},
+		{
+			name:  "sliding window detected from moving resets, then drips",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)),
+				opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1),
+				opObserve(t0+20, 0, h(10, 8, 200)),
+				opObserve(t0+21, 0, h(10, 7, 300)),
+				opObserve(t0+22, 0, h(10, 6, 400)),
+			},
+			checks: []check{
+				{7, opIdle(t0 + 30), 0},
+			},
+		},
+		{
+			name:  "sliding bucket full: the next slot drips before the reset",
+			start: model.Bucket{Known: true, Limit: 10, Remaining: 0, ResetAt: t0 + 1000, Window: 1000, Sliding: true, Level: 10, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
+			steps: []op{opWakeAt(t0, 0)},
+			checks: []check{
+				{0, opAvailable(t0+50, 0), 0},
+				{0, opAvailable(t0+120, 0), 1},
+				{0, opWakeAt(t0, 0), t0 + 110},
+				{0, opBound(t0, 0, 0), t0 + 110},
+			},
+		},
+		{
+			name:  "fixed bucket does not drip",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 1000)),
+				opObserve(t0+5, 0, h(10, 8, 995)),
+				opObserve(t0+6, 0, h(10, 7, 994)),
+				opObserve(t0+7, 0, h(10, 0, 993)),
+			},
+			checks: []check{
+				{4, opAvailable(t0+500, 0), 0},
+				{4, opWakeAt(t0+500, 0), t0 + 1010},
+			},
+		},
+		{
+			name:  "user 429: pause, no slot until it ends, not sliding any more",
+			start: model.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: t0 + 100, Window: 1000, Sliding: true},
+			steps: []op{opLimited(t0, 2010, nil, 0)},
+			checks: []check{
+				{1, opAvailable(t0+2000, 0), 0},
+				{1, opWakeAt(t0, 0), t0 + 2010},
+			},
+		},
+		{
+			name:  "user 429 with headers observes them first",
+			start: model.Bucket{},
+			steps: []op{opLimited(t0, 310, &model.Headers{Limit: 1, Remaining: 0, ResetAfter: 234, Offset: 10}, 0)},
+		},
+		{
+			name:  "shared 429 pauses but keeps the counts",
+			start: model.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: t0 + 100, Window: 1000},
+			steps: []op{opShared(t0, 5000)},
+			checks: []check{
+				{1, opAvailable(t0+4999, 0), 0},
+				{1, opAvailable(t0+5000, 0), 1},
+			},
+		},
+		{
+			name:  "a credential block holds every bucket",
+			start: model.Bucket{Unlimited: true},
+			checks: []check{
+				{0, opAvailable(t0, t0+1), 0},
+				{0, opWakeAt(t0, t0+500), t0 + 500},
+			},
+		},
+		{
+			name:  "probes in flight are discounted when a bucket is learned",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 2, h(5, 4, 1000))},
+		},
+		{
+			name:  "a request never sent gives its slot back",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opGiveBack()},
+			checks: []check{
+				{3, opAvailable(t0+2, 0), 1},
+			},
+		},
+		{
+			name:  "queued claims wait whole windows behind the ones ahead",
+			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 1000, Window: 1000, Span: 900},
+			checks: []check{
+				{0, opBound(t0, 0, 0), t0 + 1000},
+				{0, opBound(t0, 0, 2), t0 + 1900},
+				{0, opBound(t0, 0, 5), t0 + 2800},
+			},
+		},
+		{
+			name:  "absurd durations are clamped",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, model.Headers{Limit: 1, Remaining: 0, ResetAfter: 1 << 50, Offset: -5}), opShared(t0, 1<<52)},
+		},
+	}
+	ctx := t.Context()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.start
+			var trail []op
+			checkAt := func(n int) {
+				for _, ck := range tc.checks {
+					if ck.at != n {
+						continue
+					}
+					probe := b
+					if got := step(ctx, t, c, &probe, ck.op, trail); got != ck.want {
+						t.Errorf("after %v: %v = %v; want %v", trail, ck.op, got, ck.want)
+					}
+				}
+			}
+			checkAt(0)
+			for i, o := range tc.steps {
+				step(ctx, t, c, &b, o, trail)
+				trail = append(trail, o)
+				checkAt(i + 1)
+			}
+		})
+	}
+}
+
+// TestModelDifferential drives both homes of the model with the same
+// random transitions, clock steps and headers, and requires the same state
+// and decisions after every step.
+func TestModelDifferential(t *testing.T) {
+	c := modelClient(t)
+	ctx := t.Context()
+	runs, steps := 200, 60
+	if testing.Short() {
+		runs = 40
+	}
+	for run := range runs {
+		rng := rand.New(rand.NewPCG(uint64(run), 7))
+		var b model.Bucket
+		switch rng.IntN(3) {
+		case 1:
+			b.Probe = true
+		case 2:
+			b.Unlimited = rng.IntN(4) == 0
+		}
+		now := int64(t0)
+		limit := int64(1 + rng.IntN(10))
+		window := int64(50 + rng.IntN(2000))
+		sliding := rng.IntN(2) == 0
+		used := int64(0) // the emulated bucket's count, for plausible headers
+		var trail []op
+		for range steps {
+			now += int64(rng.IntN(3)) * int64(rng.IntN(int(window/2+1)))
+			var o op
+			switch r := rng.IntN(100); {
+			case r < 25:
+				o = opAvailable(now, pick(rng, 0, now+int64(rng.IntN(100))))
+			case r < 45:
+				o = opTake(now)
+				used = min(used+1, limit)
+			case r < 55:
+				o = opSettle()
+			case r < 60:
+				o = opGiveBack()
+			case r < 80:
+				remaining := max(0, limit-used-int64(rng.IntN(2)))
+				ra := window - int64(rng.IntN(int(window)))
+				if sliding {
+					ra = (limit - remaining) * window / limit
+				}
+				if rng.IntN(10) == 0 {
+					ra = -1
+				}
+				if rng.IntN(15) == 0 {
+					limit = int64(1 + rng.IntN(10))
+				}
+				o = opObserve(now, int64(rng.IntN(3)), model.Headers{Limit: limit, Remaining: remaining, ResetAfter: ra, Offset: int64(rng.IntN(20))})
+				if rng.IntN(4) == 0 {
+					used = 0
+				}
+			case r < 84:
+				var hp *model.Headers
+				if rng.IntN(2) == 0 {
+					hp = &model.Headers{Limit: limit, Remaining: 0, ResetAfter: int64(rng.IntN(int(window))), Offset: 10}
+				}
+				o = opLimited(now, int64(rng.IntN(3000)), hp, int64(rng.IntN(2)))
+			case r < 86:
+				o = opShared(now, int64(rng.IntN(5000)))
+			case r < 92:
+				o = opWakeAt(now, pick(rng, 0, now+int64(rng.IntN(100))))
+			case r < 97:
+				o = opBound(now, 0, int64(rng.IntN(12)))
+			default:
+				o = opIdle(now)
+			}
+			step(ctx, t, c, &b, o, trail)
+			trail = append(trail, o)
+		}
+	}
+}
+
+func pick(rng *rand.Rand, a, b int64) int64 {
+	if rng.IntN(5) == 0 {
+		return b
+	}
+	return a
+}
