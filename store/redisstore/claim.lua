@@ -4,26 +4,26 @@
 --   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
 --   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
---   4 invalid   HASH  10-second slot index -> invalid responses in it
---   5 dead      STRING present while a token-authenticated major is refused
---   6 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
---   7 tickets   ZSET  its waiting process queues -> arrival (ms)
---   8 ticketexp ZSET  the same queues -> expiry (ms)
---   9 pbucket   STRING the model state of the probe bucket of (route, major)
---  10 probes    HASH  major digest -> probe requests in flight
+--   4 dead      STRING present while a token-authenticated major is refused
+--   5 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
+--   6 tickets   ZSET  its waiting process queues -> arrival (ms)
+--   7 ticketexp ZSET  the same queues -> expiry (ms)
+--   8 pbucket   STRING the model state of the probe bucket of (route, major)
+--   9 probes    HASH  major digest -> probe requests in flight
 -- ARGV:
 --   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
 --   3 global (1/0)          4 global limit            5 global window (ms)
---   6 offset (ms)           7 invalid budget (<= 0: off)
---   8 token auth (1/0)      9 slots wanted (>= 1)     10 permit id prefix
---  11 pending timeout (ms) 12 queue id               13 poll interval (ms)
---  14 bucket TTL (ms)      15 route TTL (ms)         16 major digest
---  17 clock (ms, 0: Redis TIME)
+--   6 offset (ms)           7 token auth (1/0)        8 slots wanted (>= 1)
+--   9 permit id prefix     10 pending timeout (ms)   11 queue id
+--  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
+--  15 major digest         16 clock (ms, 0: Redis TIME)
+-- The invalid-request guard is not the script's: it counts per store (an
+-- IP address), on a key of its own (see invalid.lua).
 -- Reply, always an array whose first element is the kind:
 --   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
 --      a delay > 0 reserves one slot: the request may go that much later
 --   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
---   {2, retry ms, reason (1 invalid budget, 2 unauthorized, 3 webhook gone)}
+--   {2, retry ms, reason (2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
 
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
@@ -32,29 +32,12 @@
 local route, guess = ARGV[1], ARGV[2]
 local isGlobal = ARGV[3] == '1'
 local glimit, gwindow = tonumber(ARGV[4]), tonumber(ARGV[5])
-local offset, budget = tonumber(ARGV[6]), tonumber(ARGV[7])
-local tokenAuth = ARGV[8] == '1'
-local want, prefix = tonumber(ARGV[9]), ARGV[10]
-local pendingTTL, qid = tonumber(ARGV[11]), ARGV[12]
-local poll, bucketTTL, routeTTL = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local majorDigest = ARGV[16]
-
--- The invalid-request guard, counted per credential in 10-second slots.
-if budget > 0 then
-  local slots = redis.call('HGETALL', KEYS[4])
-  local cur = math.floor(now / INVALID_SLOT)
-  local n, oldest = 0, nil
-  for i = 1, #slots, 2 do
-    local idx, c = tonumber(slots[i]), tonumber(slots[i + 1])
-    if idx and c and cur - idx <= INVALID_SLOTS then
-      n = n + c
-      if oldest == nil or idx < oldest then oldest = idx end
-    end
-  end
-  if n >= budget then
-    return {2, ceil((oldest + INVALID_SLOTS + 1) * INVALID_SLOT - now), 1}
-  end
-end
+local offset = tonumber(ARGV[6])
+local tokenAuth = ARGV[7] == '1'
+local want, prefix = tonumber(ARGV[8]), ARGV[9]
+local pendingTTL, qid = tonumber(ARGV[10]), ARGV[11]
+local poll, bucketTTL, routeTTL = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local majorDigest = ARGV[15]
 
 local cf = redis.call('HMGET', KEYS[2], 'gpause', 'blocked', 'unauth')
 local gpause = tonumber(cf[1]) or 0
@@ -62,7 +45,7 @@ local blocked = tonumber(cf[2]) or 0
 local unauth = tonumber(cf[3]) or 0
 
 if tokenAuth then
-  local ttl = redis.call('PTTL', KEYS[5])
+  local ttl = redis.call('PTTL', KEYS[4])
   if ttl > 0 then return {2, ttl, 3} end
 elseif unauth > now then
   return {2, ceil(unauth - now), 2}
@@ -75,11 +58,11 @@ if not r then r = '' end
 if r ~= guess then return {3, r} end
 if r ~= '' then redis.call('PEXPIRE', KEYS[1], routeTTL) end
 
-local B = KEYS[6]
+local B = KEYS[5]
 local kind = 0
 local b, found
 if r == '' then
-  kind, B = 1, KEYS[9]
+  kind, B = 1, KEYS[8]
 elseif r == '\0' then
   kind = 2
 end
@@ -87,8 +70,8 @@ b, found = loadBucket(B, kind)
 if kind == 0 and not found then
   -- The route was learned on another major while this major's probe
   -- is still in flight: wait for that probe's answer.
-  local pb = loadBucket(KEYS[9], 1)
-  if pb.pending > 0 then kind, B, b = 1, KEYS[9], pb end
+  local pb = loadBucket(KEYS[8], 1)
+  if pb.pending > 0 then kind, B, b = 1, KEYS[8], pb end
 end
 
 if not available(b, now, blocked) and (now < b.pause or now < blocked) then
@@ -106,18 +89,18 @@ local ahead, behind, rank = 0, 1, false
 if useTickets then
   -- The line holds the same queues as their expiries: an empty line has
   -- nothing to expire.
-  local m = redis.call('ZCARD', KEYS[7])
+  local m = redis.call('ZCARD', KEYS[6])
   if m > 0 then
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now)
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now)
     if #gone > 0 then
       for i = 1, #gone, 1000 do
         local j = math.min(i + 999, #gone)
-        redis.call('ZREM', KEYS[8], unpack(gone, i, j))
         redis.call('ZREM', KEYS[7], unpack(gone, i, j))
+        redis.call('ZREM', KEYS[6], unpack(gone, i, j))
       end
-      m = redis.call('ZCARD', KEYS[7])
+      m = redis.call('ZCARD', KEYS[6])
     end
-    rank = m > 0 and redis.call('ZRANK', KEYS[7], qid)
+    rank = m > 0 and redis.call('ZRANK', KEYS[6], qid)
   end
   if rank then
     ahead, behind = rank, m - rank
@@ -152,12 +135,12 @@ if avail <= 0 then
     end
   end
   if useTickets then
-    if not rank then redis.call('ZADD', KEYS[7], now, qid) end
+    if not rank then redis.call('ZADD', KEYS[6], now, qid) end
     local exp = now + sleep + poll + 1000
-    redis.call('ZADD', KEYS[8], exp, qid)
+    redis.call('ZADD', KEYS[7], exp, qid)
     local keep = ceil(exp - now) + 1000
+    extend(KEYS[6], keep)
     extend(KEYS[7], keep)
-    extend(KEYS[8], keep)
     return {1, sleep, lower, 1, 1}
   end
   return {1, sleep, lower, 1, 0}
@@ -225,8 +208,8 @@ if kind ~= 2 then
   b.pendingUntil = now + delay + pendingTTL
   saveBucket(B, b, bucketTTL)
   if kind == 1 then
-    redis.call('HINCRBY', KEYS[10], majorDigest, k)
-    extend(KEYS[10], delay + pendingTTL + 1000)
+    redis.call('HINCRBY', KEYS[9], majorDigest, k)
+    extend(KEYS[9], delay + pendingTTL + 1000)
   end
 end
 
@@ -235,13 +218,13 @@ if useTickets then
   if want > k then
     ticket = 1
     -- Served in part: go to the back of the line.
-    redis.call('ZADD', KEYS[7], now, qid)
-    redis.call('ZADD', KEYS[8], now + poll + 1000, qid)
+    redis.call('ZADD', KEYS[6], now, qid)
+    redis.call('ZADD', KEYS[7], now + poll + 1000, qid)
+    extend(KEYS[6], poll + 2000)
     extend(KEYS[7], poll + 2000)
-    extend(KEYS[8], poll + 2000)
   elseif rank then
+    redis.call('ZREM', KEYS[6], qid)
     redis.call('ZREM', KEYS[7], qid)
-    redis.call('ZREM', KEYS[8], qid)
   end
 end
 

@@ -18,9 +18,9 @@
 // All keys of one credential share one hash tag, the first 128 bits of the
 // SHA-256 digest of the credential (itself a keyed hash of the token, never
 // the token). So every script touches keys of one Redis Cluster slot, a
-// claim is one atomic script over the bucket, the global window and the
-// invalid-request counter, and a cluster spreads credentials over its
-// shards. With P the prefix and T the tag:
+// claim is one atomic script over the bucket and the global window, and a
+// cluster spreads credentials over its shards. With P the prefix and T the
+// tag:
 //
 //	P:{T}:r        HASH   route template -> learned bucket hash ("\x00": no bucket); TTL 1 h after last use
 //	P:{T}:c        HASH   gpause, blocked, unauth: deadlines of the global pause, of a
@@ -28,13 +28,15 @@
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
 //	                      (grant + offset, lowered to the response time; a reserved grant lies
 //	                      in the future); TTL delay + offset + window + 1 s
-//	P:{T}:i        HASH   invalid responses per 10-second slot; TTL 10 min 20 s
 //	P:{T}:d:<M>    STRING present while a token-authenticated major answered 401/404; TTL the cooldown
-//	P:{T}:b:<B>    HASH   a counter: known, limit, remaining, reset, window, est, pause, retired;
-//	                      TTL until its reset or pause + 10 min
-//	P:{T}:p:<B>    ZSET   the counter's granted, unreported permits -> expiry; TTL pending timeout + 1 s
+//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, one MessagePack array (see
+//	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
+//	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
+//	                      not known yet (discounted when a bucket is learned); TTL pending timeout
 //	P:{T}:w:<B>    ZSET   process queues waiting on the counter -> arrival (tickets)
 //	P:{T}:x:<B>    ZSET   the same tickets -> expiry; both TTL the longest ticket + 1 s
+//	P:{G}:i        HASH   invalid responses of a group of processes per 10-second slot, G a
+//	                      digest of the group ([WithInvalidGroup]); TTL 10 min 20 s
 //
 // M is a digest of the major parameter. B names a counter: "h" and a digest
 // of (bucket hash, major) once the route's bucket is known, "r" and a
@@ -96,9 +98,16 @@
 //     claim reserves it, and the waiter holds its bucket slot until then
 //     (or gives both back if it gives up first). Otherwise a waiter
 //     blocked by the global limit holds no bucket slot.
-//   - The invalid-request guard counts per credential, not per store (an IP
-//     address is what Discord counts, but a credential is what one hash tag
-//     can hold).
+//   - The invalid-request guard counts for a group of processes
+//     ([WithInvalidGroup]; by default every process of the prefix), as
+//     Discord counts per IP address, on a key of its own. A process refuses
+//     at once on its own invalid responses and within about a second on
+//     those of the other processes of its group (it reads the group's count
+//     at most once a second while it sends requests).
+//   - The rules of buckets are the same as the memory store's: model.lua
+//     implements store/internal/model function by function, and a table of
+//     transitions and a randomized differential test hold the two to the
+//     same state and decisions.
 //   - A granted request whose Update never comes is forgotten after the
 //     pending timeout ([WithPendingTimeout]), so a crashed process cannot
 //     block a bucket forever.

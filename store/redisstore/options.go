@@ -147,3 +147,14 @@ func WithMaxBatch(n int) Option {
 		}
 	})
 }
+
+// WithInvalidGroup names the group of processes whose invalid responses
+// (401, 403, and 429 other than scope shared) count together against the
+// claims' invalid-request budget. Discord counts them per IP address and
+// bans the address past 10,000 in ten minutes: processes that share an
+// address should share a group. The default, "", makes every process of
+// the key prefix one group, which is right for one host or for hosts
+// behind one address, and conservative otherwise.
+func WithInvalidGroup(name string) Option {
+	return optionFunc(func(s *Store) { s.invalidGroup = name })
+}

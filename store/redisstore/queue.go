@@ -289,7 +289,7 @@ func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (
 		bid = learnedID(guess, c.Major)
 	}
 	keys := []string{
-		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(c.Major),
+		k.routes(), k.cred(), k.global(), k.dead(c.Major),
 		k.bucket(bid), k.tickets(bid), k.ticketExp(bid),
 		k.bucket(pid), k.probes(),
 	}
@@ -301,13 +301,9 @@ func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (
 	if gwindow <= 0 {
 		gwindow = store.DefaultGlobalWindow
 	}
-	budget := c.InvalidBudget
-	if budget == 0 {
-		budget = store.DefaultInvalidBudget
-	}
 	args := []any{
 		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
-		millis(store.ClampDuration(c.Offset)), budget, flag(c.TokenAuth), n, prefix,
+		millis(store.ClampDuration(c.Offset)), flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
 		digest(c.Major), s.clockArg(),
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/model"
 	"github.com/ratecord/ratecord/store/memstore"
 )
 
@@ -57,6 +58,9 @@ type Store struct {
 
 	local    *memstore.Store
 	degraded atomic.Bool
+
+	invalid      invalidGuard
+	invalidGroup string
 
 	// clock, when set, is the time the scripts use instead of Redis TIME
 	// (tests drive the scripts with a fake clock).
@@ -112,6 +116,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		done:           make(chan struct{}),
 		local:          memstore.New(),
 	}
+	s.invalid.kick = make(chan struct{}, 1)
 	for _, o := range opts {
 		if o != nil {
 			o.apply(s)
@@ -164,6 +169,9 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 	case <-c.Done:
 		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
 	default:
+	}
+	if err := s.refuseInvalid(&c); err != nil {
+		return store.Permit{}, err
 	}
 	start := time.Now()
 	if s.degraded.Load() {
@@ -281,6 +289,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	if closed {
 		return store.ErrClosed
 	}
+	if u.Sent && model.Invalid(int64(u.Status), string(u.Scope)) {
+		s.countInvalid()
+	}
 	switch h := p.Handle.(type) {
 	case *localPermit:
 		return s.local.Update(ctx, h.p, s.localUpdate(u))
@@ -303,7 +314,7 @@ func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
 		tid = learnedID(u.Bucket, h.major)
 	}
 	keys := []string{
-		k.routes(), k.cred(), k.global(), k.invalid(), k.dead(h.major),
+		k.routes(), k.cred(), k.global(), k.dead(h.major),
 		k.bucket(gid), k.bucket(tid), k.probes(),
 	}
 	resetAfter := int64(-1)

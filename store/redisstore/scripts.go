@@ -17,11 +17,14 @@ var (
 	claimSource string
 	//go:embed update.lua
 	updateSource string
+	//go:embed invalid.lua
+	invalidSource string
 
 	// The scripts share the model and the helpers of common.lua: Redis
 	// runs each script on its own, so they are joined before loading.
-	claimScript  = redis.NewScript(modelSource + commonSource + claimSource)
-	updateScript = redis.NewScript(modelSource + commonSource + updateSource)
+	claimScript   = redis.NewScript(modelSource + commonSource + claimSource)
+	updateScript  = redis.NewScript(modelSource + commonSource + updateSource)
+	invalidScript = redis.NewScript(modelSource + commonSource + invalidSource)
 )
 
 // errReply reports a script reply of an unexpected shape.

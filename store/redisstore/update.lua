@@ -4,12 +4,11 @@
 --   1 routes   HASH  route template -> learned bucket hash, or "\0"
 --   2 cred     HASH  gpause, blocked, unauth
 --   3 global   ZSET  global-window entries
---   4 invalid  HASH  10-second slot index -> invalid responses
---   5 dead     STRING the token-authenticated major's cooldown
---   6 gbucket  STRING the model state of the bucket the permit was granted from
---   7 tbucket  STRING the bucket the response names (the same as 6 when it
+--   4 dead     STRING the token-authenticated major's cooldown
+--   5 gbucket  STRING the model state of the bucket the permit was granted from
+--   6 tbucket  STRING the bucket the response names (the same as 5 when it
 --                    names none)
---   8 probes   HASH  major digest -> probe requests in flight
+--   7 probes   HASH  major digest -> probe requests in flight
 -- ARGV:
 --   1 route template    2 permit id ("" when none)   3 sent (1/0)
 --   4 status            5 response bucket hash       6 has limit (1/0)
@@ -42,7 +41,7 @@ local isGlobal = ARGV[17] == '1'
 local bucketTTL, routeTTL = tonumber(ARGV[18]), tonumber(ARGV[19])
 local majorDigest = ARGV[20]
 
-local GB, TB = KEYS[6], KEYS[7]
+local GB, TB = KEYS[5], KEYS[6]
 
 local cf = redis.call('HMGET', KEYS[2], 'gpause', 'blocked', 'unauth')
 local c = {pause = tonumber(cf[1]) or 0, blocked = tonumber(cf[2]) or 0, unauthorized = tonumber(cf[3]) or 0}
@@ -63,8 +62,8 @@ if gkind >= 0 then gb = loadBucket(GB, gkind) end
 
 local function unprobe()
   if gkind == 1 and gb.pending > 0 then
-    if redis.call('HINCRBY', KEYS[8], majorDigest, -1) <= 0 then
-      redis.call('HDEL', KEYS[8], majorDigest)
+    if redis.call('HINCRBY', KEYS[7], majorDigest, -1) <= 0 then
+      redis.call('HDEL', KEYS[7], majorDigest)
     end
   end
 end
@@ -119,7 +118,7 @@ end
 
 local probes = 0
 if target and not target.known then
-  probes = tonumber(redis.call('HGET', KEYS[8], majorDigest)) or 0
+  probes = tonumber(redis.call('HGET', KEYS[7], majorDigest)) or 0
 end
 local hp = nil
 if hasLimit then hp = h end
@@ -137,21 +136,12 @@ elseif hasLimit and target then
   observe(target, now, h, probes)
 end
 
--- The invalid-request guard and the 401/404 cooldowns.
-if invalid(status, scope) then
-  local slot = math.floor(now / INVALID_SLOT)
-  redis.call('HINCRBY', KEYS[4], slot, 1)
-  local fields = redis.call('HKEYS', KEYS[4])
-  for i = 1, #fields do
-    local idx = tonumber(fields[i])
-    if idx == nil or slot - idx > INVALID_SLOTS then redis.call('HDEL', KEYS[4], fields[i]) end
-  end
-  extend(KEYS[4], (INVALID_SLOTS + 2) * INVALID_SLOT)
-end
+-- The 401/404 cooldowns. (Invalid responses are counted per store, on a
+-- key of their own: see invalid.lua.)
 if cooldown >= 0 then
   local cd = cooldownOf(status, tokenAuth)
   if cd == 2 then
-    redis.call('SET', KEYS[5], 1, 'PX', math.max(1, ceil(cooldown)))
+    redis.call('SET', KEYS[4], 1, 'PX', math.max(1, ceil(cooldown)))
   elseif cd == 1 then
     c.unauthorized, credDirty = now + cooldown, true
   end
