@@ -277,41 +277,14 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 
 // claim runs claim.lua for up to n waiters like c.
 func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (claimReply, error) {
-	k := s.keysOf(c.Credential)
-	pid := probeID(c.Route, c.Major)
-	var bid string
-	switch guess {
-	case "":
-		bid = pid // unused: the probe keys follow
-	case noBucket:
-		bid = noneID
-	default:
-		bid = learnedID(guess, c.Major)
-	}
-	keys := []string{
-		k.routes(), k.cred(), k.global(), k.dead(c.Major),
-		k.bucket(bid), k.tickets(bid), k.ticketExp(bid),
-		k.bucket(pid), k.probes(),
-	}
-	glimit := c.GlobalLimit
-	if glimit <= 0 {
-		glimit = store.DefaultGlobalLimit
-	}
-	gwindow := c.GlobalWindow
-	if gwindow <= 0 {
-		gwindow = store.DefaultGlobalWindow
-	}
-	args := []any{
-		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
-		millis(store.ClampDuration(c.Offset)), flag(c.TokenAuth), n, prefix,
-		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
-		digest(c.Major), s.clockArg(),
-	}
-	v, err := claimScript.Run(s.ctx, s.client, keys, args...).Result()
+	var st step
+	st.claim(s, c, guess, n, prefix, qid)
+	v, err := st.run(s.ctx, s.client, s.clockArg()).Result()
 	if err != nil {
 		return claimReply{}, err
 	}
-	return parseClaim(v)
+	r, err := parseStep(v, 0, true)
+	return r.claim, err
 }
 
 // grant hands the slots of r to the waiters at the front of q and gives

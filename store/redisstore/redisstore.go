@@ -305,42 +305,17 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	}
 }
 
-// apply runs update.lua for the permit h.
+// apply writes the update u of the permit h in one step call.
 func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
-	k := s.keysOf(h.cred)
-	gid := bucketID(h.kind, h.hash, h.route, h.major)
-	tid := gid
-	if u.Bucket != "" {
-		tid = learnedID(u.Bucket, h.major)
-	}
-	keys := []string{
-		k.routes(), k.cred(), k.global(), k.dead(h.major),
-		k.bucket(gid), k.bucket(tid), k.probes(),
-	}
-	resetAfter := int64(-1)
-	if u.ResetAfter >= 0 {
-		resetAfter = millis(store.ClampDuration(u.ResetAfter))
-	}
-	offset := store.ClampDuration(u.Offset)
-	cooldown := u.Cooldown
-	if cooldown == 0 {
-		cooldown = store.DefaultCooldown
-	}
-	cooldownMs := int64(-1)
-	if cooldown > 0 {
-		cooldownMs = millis(store.ClampDuration(cooldown))
-	}
-	args := []any{
-		u.Route, h.member, flag(u.Sent), u.Status, u.Bucket, flag(u.HasLimit),
-		u.Limit, u.Remaining, resetAfter, string(u.Scope),
-		millis(store.ClampDuration(u.RetryAfter) + offset), millis(offset),
-		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
-		millis(bucketTTL), millis(routeTTL), digest(h.major), s.clockArg(),
-	}
-	v, err := updateScript.Run(ctx, s.client, keys, args...).Result()
+	var st step
+	gid, tid := st.update(s, h, u)
+	v, err := st.run(ctx, s.client, s.clockArg()).Result()
 	var wake int64
 	if err == nil {
-		wake, err = parseUpdate(v)
+		var r stepReply
+		if r, err = parseStep(v, 1, false); err == nil {
+			wake = r.wakes[0]
+		}
 	}
 	if err != nil {
 		s.failed(err)

@@ -1,11 +1,14 @@
 package redisstore
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store"
 )
 
 var (
@@ -13,17 +16,14 @@ var (
 	modelSource string
 	//go:embed common.lua
 	commonSource string
-	//go:embed claim.lua
-	claimSource string
-	//go:embed update.lua
-	updateSource string
+	//go:embed step.lua
+	stepSource string
 	//go:embed invalid.lua
 	invalidSource string
 
 	// The scripts share the model and the helpers of common.lua: Redis
 	// runs each script on its own, so they are joined before loading.
-	claimScript   = redis.NewScript(modelSource + commonSource + claimSource)
-	updateScript  = redis.NewScript(modelSource + commonSource + updateSource)
+	stepScript    = redis.NewScript(modelSource + commonSource + stepSource)
 	invalidScript = redis.NewScript(modelSource + commonSource + invalidSource)
 )
 
@@ -134,19 +134,132 @@ func parseClaim(v any) (claimReply, error) {
 	return r, nil
 }
 
-// parseUpdate returns the wake hint of update.lua's reply, in ms (-1:
-// none).
-func parseUpdate(v any) (int64, error) {
+// step is one call of step.lua: the updates of one credential's
+// responses, then at most one claim. Its methods add them; run sends it.
+type step struct {
+	cred   string
+	keys   []string // the credential's keys, then each update's and the claim's
+	args   []any    // the counts, then each update's and the claim's, then the clock
+	n      int      // updates
+	claims bool
+}
+
+// begin names the credential's keys, once.
+func (st *step) begin(s *Store, cred string) {
+	if st.keys != nil {
+		return
+	}
+	k := s.keysOf(cred)
+	st.cred = cred
+	st.keys = []string{k.routes(), k.cred(), k.global(), k.probes()}
+	st.args = []any{0, 0}
+}
+
+// update adds the update u of permit h and returns the ids of the bucket
+// h was granted from and of the bucket u concerns.
+func (st *step) update(s *Store, h *permit, u store.Update) (gid, tid string) {
+	st.begin(s, h.cred)
+	k := s.keysOf(h.cred)
+	gid = bucketID(h.kind, h.hash, h.route, h.major)
+	tid = gid
+	if u.Bucket != "" {
+		tid = learnedID(u.Bucket, h.major)
+	}
+	st.keys = append(st.keys, k.dead(h.major), k.bucket(gid), k.bucket(tid))
+	resetAfter := int64(-1)
+	if u.ResetAfter >= 0 {
+		resetAfter = millis(store.ClampDuration(u.ResetAfter))
+	}
+	offset := store.ClampDuration(u.Offset)
+	cooldown := u.Cooldown
+	if cooldown == 0 {
+		cooldown = store.DefaultCooldown
+	}
+	cooldownMs := int64(-1)
+	if cooldown > 0 {
+		cooldownMs = millis(store.ClampDuration(cooldown))
+	}
+	st.args = append(st.args,
+		u.Route, h.member, flag(u.Sent), u.Status, u.Bucket, flag(u.HasLimit),
+		u.Limit, u.Remaining, resetAfter, string(u.Scope),
+		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
+		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
+		millis(bucketTTL), millis(routeTTL), digest(h.major),
+	)
+	st.n++
+	return gid, tid
+}
+
+// claim adds a claim of up to n slots for claims like c, the route's hash
+// guessed as guess.
+func (st *step) claim(s *Store, c *store.Claim, guess string, n int, prefix, qid string) {
+	st.begin(s, c.Credential)
+	k := s.keysOf(c.Credential)
+	pid := probeID(c.Route, c.Major)
+	var bid string
+	switch guess {
+	case "":
+		bid = pid // unused: the probe keys follow
+	case noBucket:
+		bid = noneID
+	default:
+		bid = learnedID(guess, c.Major)
+	}
+	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid))
+	glimit := c.GlobalLimit
+	if glimit <= 0 {
+		glimit = store.DefaultGlobalLimit
+	}
+	gwindow := c.GlobalWindow
+	if gwindow <= 0 {
+		gwindow = store.DefaultGlobalWindow
+	}
+	st.args = append(st.args,
+		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
+		millis(store.ClampDuration(c.Offset)), flag(c.TokenAuth), n, prefix,
+		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
+		digest(c.Major),
+	)
+	st.claims = true
+}
+
+// run sends the step through c (a client, or a pipeline).
+func (st *step) run(ctx context.Context, c redis.Scripter, clock int64) *redis.Cmd {
+	st.args[0], st.args[1] = st.n, flag(st.claims)
+	return stepScript.Run(ctx, c, st.keys, append(st.args, clock)...)
+}
+
+// stepReply is the parsed reply of step.lua.
+type stepReply struct {
+	wakes []int64 // per update: ms until its bucket may grant by time alone, -1 none
+	claim claimReply
+}
+
+// parseStep parses the reply of a step of n updates and, if claims, a
+// claim.
+func parseStep(v any, n int, claims bool) (stepReply, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return 0, fmt.Errorf("%w: update: %T %v", errReply, v, v)
+	if !ok || len(a) < 1+n {
+		return stepReply{}, fmt.Errorf("%w: step: %T %v", errReply, v, v)
 	}
-	n, err1 := replyInt(a, 0)
-	wake, err2 := replyInt(a, 1)
-	if err1 != nil || err2 != nil || n != 1 || wake < -1 {
-		return 0, fmt.Errorf("%w: update: %v", errReply, a)
+	got, err := replyInt(a, 0)
+	if err != nil || got != int64(n) {
+		return stepReply{}, fmt.Errorf("%w: step: %v", errReply, a)
 	}
-	return wake, nil
+	r := stepReply{wakes: make([]int64, n)}
+	for i := range n {
+		w, err := replyInt(a, 1+i)
+		if err != nil || w < -1 {
+			return stepReply{}, fmt.Errorf("%w: step: update %d: %v", errReply, i, a)
+		}
+		r.wakes[i] = w
+	}
+	if claims {
+		r.claim, err = parseClaim(a[1+n:])
+	} else if len(a) != 1+n {
+		err = fmt.Errorf("%w: step: %v", errReply, a)
+	}
+	return r, err
 }
 
 func replyInt(a []any, i int) (int64, error) {

@@ -1,0 +1,433 @@
+-- step: apply the updates of one credential's responses, in order, then
+-- (optionally) claim slots for one of its queues: one round trip carries a
+-- process's reports and its next claim.
+--
+-- KEYS (all share the credential's hash tag):
+--   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
+--   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
+--   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
+--   4 probes    HASH  major digest -> probe requests in flight
+--   then, per update, 3 keys: dead, gbucket, tbucket (see update below)
+--   then, with a claim, 5 keys: dead, bucket, tickets, ticketexp, pbucket
+-- ARGV:
+--   1 number of updates     2 claim (1/0)
+--   then, per update, UPDATE_ARGS arguments; then, with a claim,
+--   CLAIM_ARGS arguments; last, the clock (ms, 0: Redis TIME)
+-- Reply: {n, wake_1 .. wake_n, claim reply...}: each update's wake (see
+-- update), then, with a claim, the claim's reply.
+
+-- now, ceil, extend, loadBucket, saveBucket and the model come from
+-- common.lua and model.lua, prepended when loading.
+
+local UPDATE_ARGS, CLAIM_ARGS = 20, 15
+
+-- update applies what the response to one permit taught.
+--
+-- K:
+--   1 routes   HASH  route template -> learned bucket hash, or "\0"
+--   2 cred     HASH  gpause, blocked, unauth
+--   3 global   ZSET  global-window entries
+--   4 dead     STRING the token-authenticated major's cooldown
+--   5 gbucket  STRING the model state of the bucket the permit was granted from
+--   6 tbucket  STRING the bucket the response names (the same as 5 when it
+--                    names none)
+--   7 probes   HASH  major digest -> probe requests in flight
+-- A:
+--   1 route template    2 permit id ("" when none)   3 sent (1/0)
+--   4 status            5 response bucket hash       6 has limit (1/0)
+--   7 limit             8 remaining                  9 reset after (ms, < 0 unknown)
+--  10 scope            11 retry (ms, offset included) 12 offset (ms)
+--  13 cooldown (ms, < 0 disabled)                   14 token auth (1/0)
+--  15 granted kind (0 learned, 1 probe, 2 none, -1 no permit)
+--  16 granted hash     17 global (1/0)              18 bucket TTL (ms)
+--  19 route TTL (ms)   20 major digest
+-- Reply: {1, wake}: how many ms from now the bucket the response concerns
+-- may grant again by the passing of time alone (0: now), or -1 when only a
+-- response can open it or it is unknown.
+local function update(K, A)
+  local route, member = A[1], A[2]
+  local sent = A[3] == '1'
+  local status = tonumber(A[4])
+  local ubucket = A[5]
+  local hasLimit = A[6] == '1'
+  local h = {limit = tonumber(A[7]), remaining = tonumber(A[8]), resetAfter = tonumber(A[9]),
+    offset = tonumber(A[12])}
+  local scope = A[10]
+  local retry = tonumber(A[11])
+  local cooldown = tonumber(A[13])
+  local tokenAuth = A[14] == '1'
+  local gkind, ghash = tonumber(A[15]), A[16]
+  local isGlobal = A[17] == '1'
+  local bucketTTL, routeTTL = tonumber(A[18]), tonumber(A[19])
+  local majorDigest = A[20]
+
+  local GB, TB = K[5], K[6]
+
+  local cf = redis.call('HMGET', K[2], 'gpause', 'blocked', 'unauth')
+  local c = {pause = tonumber(cf[1]) or 0, blocked = tonumber(cf[2]) or 0, unauthorized = tonumber(cf[3]) or 0}
+  local credDirty = false
+
+  -- wakeOf returns in how many ms b may grant by the passing of time alone:
+  -- 0 for now, -1 when only a response can open it.
+  local function wakeOf(b)
+    if available(b, now, c.blocked) then return 0 end
+    local w = wakeAt(b, now, c.blocked)
+    if w > 0 then return ceil(w - now) end
+    return -1
+  end
+
+  -- The bucket the permit was granted from (none without a permit).
+  local gb
+  if gkind >= 0 then gb = loadBucket(GB, gkind) end
+
+  local function unprobe()
+    if gkind == 1 and gb.pending > 0 then
+      if redis.call('HINCRBY', K[7], majorDigest, -1) <= 0 then
+        redis.call('HDEL', K[7], majorDigest)
+      end
+    end
+  end
+
+  if not sent then
+    -- Never sent: give back the slot.
+    if gb == nil then return {1, -1} end
+    if isGlobal and member ~= '' then redis.call('ZREM', K[3], member) end
+    unprobe()
+    giveBack(gb)
+    saveBucket(GB, gb, bucketTTL)
+    return {1, wakeOf(gb)}
+  end
+
+  if isGlobal and member ~= '' then
+    -- The request reached Discord by now: its global slot counts from no
+    -- later than this.
+    redis.call('ZADD', K[3], 'XX', 'LT', now, member)
+  end
+  if gb then
+    unprobe()
+    settle(gb)
+  end
+
+  -- What the response teaches about the route.
+  local target = gb
+  local tkey = GB
+  if gkind ~= 0 or ubucket == '' or ghash ~= ubucket then
+    local r = redis.call('HGET', K[1], route)
+    if not r then r = '' end
+    local none = r == '\0'
+    local hash = r
+    if none then hash = '' end
+    local learned = learnRoute(hash, none, ubucket, status, hasLimit)
+    if learned == 1 then
+      redis.call('HSET', K[1], route, ubucket)
+    elseif learned == 2 then
+      redis.call('HSET', K[1], route, '\0')
+    end
+    if learned ~= 0 and gkind == 1 then gb.retired = true end
+    if ubucket ~= '' then
+      if TB == GB and gb then
+        target = gb
+      else
+        target, tkey = loadBucket(TB, 0), TB
+      end
+    elseif learned == 2 then
+      target, tkey = nil, nil
+    end
+    redis.call('PEXPIRE', K[1], routeTTL)
+  end
+
+  local probes = 0
+  if target and not target.known then
+    probes = tonumber(redis.call('HGET', K[7], majorDigest)) or 0
+  end
+  local hp = nil
+  if hasLimit then hp = h end
+  if status == 429 then
+    if credLimited(c, now, scope, retry) then
+      credDirty = true
+    elseif scope == 'shared' then
+      if target then shared(target, now, retry) end
+    elseif target then
+      limited(target, now, retry, hp, probes)
+    else
+      c.pause, credDirty = math.max(c.pause, now + retry), true
+    end
+  elseif hasLimit and target then
+    observe(target, now, h, probes)
+  end
+
+  -- The 401/404 cooldowns. (Invalid responses are counted per store, on a
+  -- key of their own: see invalid.lua.)
+  if cooldown >= 0 then
+    local cd = cooldownOf(status, tokenAuth)
+    if cd == 2 then
+      redis.call('SET', K[4], 1, 'PX', math.max(1, ceil(cooldown)))
+    elseif cd == 1 then
+      c.unauthorized, credDirty = now + cooldown, true
+    end
+  end
+
+  if credDirty then
+    redis.call('HSET', K[2], 'gpause', c.pause, 'blocked', c.blocked, 'unauth', c.unauthorized)
+    local last = math.max(c.pause, c.blocked, c.unauthorized)
+    extend(K[2], ceil(last - now) + 1000)
+  end
+
+  if gb and tkey ~= GB then saveBucket(GB, gb, bucketTTL) end
+  if target then
+    local wake = wakeOf(target)
+    saveBucket(tkey, target, bucketTTL)
+    return {1, wake}
+  end
+  return {1, -1}
+end
+
+-- claim answers: may up to n requests of one (credential, route, major) go now?
+--
+-- K:
+--   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
+--   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
+--   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
+--   4 dead      STRING present while a token-authenticated major is refused
+--   5 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
+--   6 tickets   ZSET  its waiting process queues -> arrival (ms)
+--   7 ticketexp ZSET  the same queues -> expiry (ms)
+--   8 pbucket   STRING the model state of the probe bucket of (route, major)
+--   9 probes    HASH  major digest -> probe requests in flight
+-- A:
+--   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
+--   3 global (1/0)          4 global limit            5 global window (ms)
+--   6 offset (ms)           7 token auth (1/0)        8 slots wanted (>= 1)
+--   9 permit id prefix     10 pending timeout (ms)   11 queue id
+--  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
+--  15 major digest
+-- The invalid-request guard is not the script's: it counts per store (an
+-- IP address), on a key of its own (see invalid.lua).
+-- Reply, always an array whose first element is the kind:
+--   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
+--      a delay > 0 reserves one slot: the request may go that much later
+--   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
+--   {2, retry ms, reason (2 unauthorized, 3 webhook gone)}
+--   {3, hash}  the route is learned otherwise: call again with these keys
+local function claim(K, A)
+  local route, guess = A[1], A[2]
+  local isGlobal = A[3] == '1'
+  local glimit, gwindow = tonumber(A[4]), tonumber(A[5])
+  local offset = tonumber(A[6])
+  local tokenAuth = A[7] == '1'
+  local want, prefix = tonumber(A[8]), A[9]
+  local pendingTTL, qid = tonumber(A[10]), A[11]
+  local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
+  local majorDigest = A[15]
+
+  local cf = redis.call('HMGET', K[2], 'gpause', 'blocked', 'unauth')
+  local gpause = tonumber(cf[1]) or 0
+  local blocked = tonumber(cf[2]) or 0
+  local unauth = tonumber(cf[3]) or 0
+
+  if tokenAuth then
+    local ttl = redis.call('PTTL', K[4])
+    if ttl > 0 then return {2, ttl, 3} end
+  elseif unauth > now then
+    return {2, ceil(unauth - now), 2}
+  end
+
+  -- Resolve the route. The caller named the keys of the bucket it expects;
+  -- when the route maps elsewhere it must call again with the right keys.
+  local r = redis.call('HGET', K[1], route)
+  if not r then r = '' end
+  if r ~= guess then return {3, r} end
+  if r ~= '' then redis.call('PEXPIRE', K[1], routeTTL) end
+
+  local B = K[5]
+  local kind = 0
+  local b, found
+  if r == '' then
+    kind, B = 1, K[8]
+  elseif r == '\0' then
+    kind = 2
+  end
+  b, found = loadBucket(B, kind)
+  if kind == 0 and not found then
+    -- The route was learned on another major while this major's probe
+    -- is still in flight: wait for that probe's answer.
+    local pb = loadBucket(K[8], 1)
+    if pb.pending > 0 then kind, B, b = 1, K[8], pb end
+  end
+
+  if not available(b, now, blocked) and (now < b.pause or now < blocked) then
+    local scope = 3
+    if blocked > b.pause then scope = 1 end
+    local w = ceil(math.max(b.pause, blocked) - now)
+    return {1, w, w, scope}
+  end
+
+  -- Tickets: process queues that were refused on a learned bucket, in
+  -- arrival order. Each one ahead keeps a slot; what is left is shared with
+  -- those behind.
+  local useTickets = kind == 0
+  local ahead, behind, rank = 0, 1, false
+  if useTickets then
+    -- The line holds the same queues as their expiries: an empty line has
+    -- nothing to expire.
+    local m = redis.call('ZCARD', K[6])
+    if m > 0 then
+      local gone = redis.call('ZRANGEBYSCORE', K[7], '-inf', now)
+      if #gone > 0 then
+        for i = 1, #gone, 1000 do
+          local j = math.min(i + 999, #gone)
+          redis.call('ZREM', K[7], unpack(gone, i, j))
+          redis.call('ZREM', K[6], unpack(gone, i, j))
+        end
+        m = redis.call('ZCARD', K[6])
+      end
+      rank = m > 0 and redis.call('ZRANK', K[6], qid)
+    end
+    if rank then
+      ahead, behind = rank, m - rank
+    else
+      ahead, behind = m, 1
+    end
+  end
+
+  -- How many of the model's successive grants at now are this queue's: the
+  -- first ones are kept for the queues ahead.
+  local free = 0
+  if kind == 2 then
+    free = want
+  else
+    local probe = {}
+    for k, v in pairs(b) do probe[k] = v end
+    while free < want + ahead and available(probe, now, blocked) do
+      take(probe, now)
+      free = free + 1
+    end
+  end
+  local avail = free - ahead
+  if avail <= 0 then
+    local sleep, lower = poll, 0
+    local wk = wakeAt(b, now, blocked)
+    if wk > 0 and (free == 0 or b.remaining <= 0) then
+      lower = ceil(bound(b, now, blocked, ahead) - now)
+      sleep = math.max(ceil(wk - now), lower)
+      if b.sliding then
+        -- One slot drips at a time: the queues ahead take the first ones.
+        sleep = sleep + ceil(ahead * tau(b) / 1000)
+      end
+    end
+    if useTickets then
+      if not rank then redis.call('ZADD', K[6], now, qid) end
+      local exp = now + sleep + poll + 1000
+      redis.call('ZADD', K[7], exp, qid)
+      local keep = ceil(exp - now) + 1000
+      extend(K[6], keep)
+      extend(K[7], keep)
+      return {1, sleep, lower, 1, 1}
+    end
+    return {1, sleep, lower, 1, 0}
+  end
+  avail = math.ceil(avail / behind)
+
+  -- zaddEach adds members prefix .. 1 to prefix .. n to the sorted set key,
+  -- all with score.
+  local function zaddEach(key, score, n)
+    local args = {}
+    for i = 1, n do
+      args[2 * i - 1] = score
+      args[2 * i] = prefix .. i
+    end
+    for i = 1, #args, 1000 do
+      redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
+    end
+  end
+
+  local k = math.min(want, avail)
+  local delay = 0
+
+  if isGlobal then
+    local gp = math.max(gpause, blocked)
+    if gp > now then
+      local w = ceil(gp - now)
+      return {1, w, w, 2}
+    end
+    redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
+    local cnt = redis.call('ZCARD', K[3])
+    local gfree = glimit - cnt
+    if gfree <= 0 then
+      -- The window is full. A grant at moment T is allowed when fewer than
+      -- glimit entries lie after T - gwindow, so the first slot opens
+      -- gwindow after the entry glimit places from the end.
+      local e = redis.call('ZRANGE', K[3], cnt - glimit, cnt - glimit, 'WITHSCORES')
+      local at = now + 1
+      if e[2] then at = tonumber(e[2]) + gwindow end
+      if not e[2] or tonumber(e[2]) > now then
+        -- That entry's request has not answered yet: its slot may open
+        -- earlier than its score says. Wait and ask again.
+        local w = ceil(at - now)
+        return {1, w, w, 2}
+      end
+      -- Its request has answered, so the moment is exact: reserve that
+      -- slot. Grants decided later count this entry and cannot take it, so
+      -- the waiters of every process are served in the order they
+      -- claimed, each with a single claim.
+      delay = ceil(at - now)
+      k = 1
+    elseif k > gfree then
+      k = gfree
+    end
+    zaddEach(K[3], now + delay + offset, k)
+    -- Every key gets a TTL when created: one that held entries has one.
+    if cnt > 0 then
+      redis.call('PEXPIRE', K[3], ceil(delay + offset + gwindow) + 1000, 'GT')
+    else
+      redis.call('PEXPIRE', K[3], ceil(delay + offset + gwindow) + 1000)
+    end
+  end
+
+  if kind ~= 2 then
+    for _ = 1, k do take(b, now) end
+    b.pendingUntil = now + delay + pendingTTL
+    saveBucket(B, b, bucketTTL)
+    if kind == 1 then
+      redis.call('HINCRBY', K[9], majorDigest, k)
+      extend(K[9], delay + pendingTTL + 1000)
+    end
+  end
+
+  local ticket = 0
+  if useTickets then
+    if want > k then
+      ticket = 1
+      -- Served in part: go to the back of the line.
+      redis.call('ZADD', K[6], now, qid)
+      redis.call('ZADD', K[7], now + poll + 1000, qid)
+      extend(K[6], poll + 2000)
+      extend(K[7], poll + 2000)
+    elseif rank then
+      redis.call('ZREM', K[6], qid)
+      redis.call('ZREM', K[7], qid)
+    end
+  end
+
+  return {0, k, kind, ticket, delay}
+end
+
+local nu, withClaim = tonumber(ARGV[1]), ARGV[2] == '1'
+local reply = {nu}
+local k, a = 5, 3
+for i = 1, nu do
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4]}
+  local A = {}
+  for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j - 1] end
+  local r = update(K, A)
+  reply[i + 1] = r[2]
+  k, a = k + 3, a + UPDATE_ARGS
+end
+if withClaim then
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4]}
+  local A = {}
+  for j = 1, CLAIM_ARGS do A[j] = ARGV[a + j - 1] end
+  local r = claim(K, A)
+  for _, x in ipairs(r) do reply[#reply + 1] = x end
+end
+return reply
