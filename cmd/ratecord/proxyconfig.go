@@ -1,0 +1,210 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store/redisstore"
+)
+
+// proxyConfig is what the flags of "ratecord proxy" set.
+type proxyConfig struct {
+	addr         string
+	allowRemote  bool
+	upstream     *url.URL
+	redisAddrs   []string
+	redisCluster bool
+	redisUser    string
+	redisPass    string
+	redisPrefix  string
+	redisFail    redisstore.FailurePolicy
+	redisTimeout time.Duration
+	defaultAuth  string // the Authorization value to inject, or ""
+	hashKey      string
+	globalLimit  int
+	maxWait      time.Duration
+	retries      int
+	maxBody      int64
+	replayBody   int64
+
+	upstreamTimeout   time.Duration
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	shutdownTimeout   time.Duration
+
+	logFormat string
+	logLevel  slog.Level
+}
+
+// proxyGCPercent is the proxy's garbage-collection target unless GOGC is
+// set in the environment.
+const proxyGCPercent = 25
+
+// logFlushInterval is how long a log line may wait in the buffer.
+const logFlushInterval = 100 * time.Millisecond
+
+// proxyUsage is printed by "ratecord proxy -h" before the flags.
+const proxyUsage = `Usage: ratecord proxy [flags]
+
+Serves a reverse proxy to Discord's API that sends every request through
+ratecord, so that any number of bots, in any language, stay inside Discord's
+rate limits. Point a bot's API base URL at http://<addr>/api/v10 instead of
+https://discord.com/api/v10. Each request's own Authorization header is its
+credential: one proxy serves many bots.
+
+Memory: unless GOGC is set, the proxy runs the garbage collector at GOGC=25
+(resident size stays near 25 MB under load, for a little CPU).
+
+Endpoints:
+  /api/...   forwarded to -upstream with path, query, method, body and
+             headers intact (hop-by-hop headers removed, Host set to the
+             upstream's)
+  /healthz   200 "ok" while the process serves
+  /metrics   ratecord's OpenTelemetry metrics in Prometheus text format,
+             with Go runtime and process metrics
+
+When ratecord gives up instead of sending, the answer is a JSON error:
+  429  the wait would exceed -max-wait, or the invalid-request guard or a
+       401/404 cooldown refused the request
+  503  the rate-limit store failed (Redis down under -redis-fail closed) or
+       the proxy is shutting down
+  502  the upstream could not be reached
+  413  the request body exceeds -max-body
+with Retry-After and X-Ratecord-Reason, -Scope, -Bucket and -Retry-After
+headers, and a body such as
+  {"message":"ratecord: wait exceeds the maximum","code":0,"retry_after":1.25,
+   "global":false,"ratecord":{"reason":"wait_too_long","scope":"user",
+   "bucket":"abcd1234","route":"POST /channels/:id/messages","retry_after":1.25}}
+
+The proxy has no authentication of its own: it listens on a loopback address
+unless -allow-remote is given, for deployments where a firewall or a private
+network decides who may reach it. Logs (one line per request at level info)
+carry redacted paths, never a token.
+
+Every flag can be set by the environment variable named after it; a flag on
+the command line wins.
+
+Flags:
+`
+
+// parseProxyFlags reads the flags, then the environment variables for the
+// flags not given.
+func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (string, bool)) (*proxyConfig, error) {
+	fs := flag.NewFlagSet("ratecord proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := &proxyConfig{}
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`address` to listen on; a non-loopback address needs -allow-remote")
+	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow a non-loopback -addr (the proxy has no authentication: put it behind a firewall)")
+	upstream := fs.String("upstream", "https://discord.com", "`URL` of Discord's API; request paths such as /api/v10/... are appended")
+	redisList := fs.String("redis", "", "comma-separated Redis `addresses` (host:port; several make a cluster client) or one redis:// or rediss:// URL; replicas using the same Redis share limits. Empty: limits are kept in this process")
+	fs.BoolVar(&cfg.redisCluster, "redis-cluster", false, "use a Redis Cluster client even with a single -redis address")
+	fs.StringVar(&cfg.redisUser, "redis-username", "", "Redis ACL user `name`")
+	fs.StringVar(&cfg.redisPass, "redis-password", "", "Redis `password` (prefer the environment variable: command lines are visible to other users)")
+	fs.StringVar(&cfg.redisPrefix, "redis-prefix", redisstore.DefaultPrefix, "`prefix` of the Redis keys; replicas sharing limits use the same")
+	redisFail := fs.String("redis-fail", "open", "`policy` when Redis cannot be reached: open (go on with a conservative share of every limit in this process) or closed (answer 503)")
+	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", time.Second, "timeout of each Redis dial, read and write")
+	defaultToken := fs.String("default-token", "", "`token` (\"Bot ...\", or bare for a bot token) sent with requests that carry no Authorization header, except on webhook and interaction routes, whose token is in the path (prefer the environment variable)")
+	fs.StringVar(&cfg.hashKey, "hash-key", "", "secret `key` of the hash that replaces tokens in rate-limit keys; replicas sharing Redis must use the same. Empty: a fixed key")
+	fs.IntVar(&cfg.globalLimit, "global-limit", ratecord.DefaultGlobalLimit, "requests per second each credential may send (Discord's global limit)")
+	fs.DurationVar(&cfg.maxWait, "max-wait", 30*time.Second, "longest a request may wait for a slot; a longer wait is answered 429 at once")
+	fs.IntVar(&cfg.retries, "retries", ratecord.DefaultRetries, "times a 429, a 5xx or a network error is sent again (5xx and network errors: idempotent requests only)")
+	fs.Int64Var(&cfg.maxBody, "max-body", 25<<20, "largest request body in `bytes` (Discord's upload limit); larger ones get 413")
+	fs.Int64Var(&cfg.replayBody, "replay-body", 1<<20, "request bodies of up to this many `bytes` are buffered so that a 429 can be retried; larger ones are streamed and their 429s reach the client")
+	fs.DurationVar(&cfg.upstreamTimeout, "upstream-timeout", 30*time.Second, "longest wait for the upstream's response headers, per attempt")
+	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 10*time.Second, "longest time to read a request's headers")
+	fs.DurationVar(&cfg.readTimeout, "read-timeout", time.Minute, "longest time to read a whole request, body included")
+	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 2*time.Minute, "longest time from the end of a request's headers to the end of its response; must exceed -max-wait")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long requests in flight may take before their connections are closed")
+	fs.StringVar(&cfg.logFormat, "log-format", "json", "log `format`: json or text")
+	logLevel := fs.String("log-level", "info", "log `level`: debug, info (a line per request), warn or error")
+	annotateEnv(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, proxyUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{msg: err.Error(), reported: true}
+	}
+	if fs.NArg() > 0 {
+		return nil, &usageError{msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	if err := applyEnv(fs, lookup); err != nil {
+		return nil, err
+	}
+	return cfg, cfg.finish(*upstream, *redisList, *redisFail, *defaultToken, *logLevel)
+}
+
+// finish checks the flags and sets the fields derived from them.
+func (cfg *proxyConfig) finish(upstream, redisList, redisFail, defaultToken, logLevel string) error {
+	if !cfg.allowRemote && !isLoopback(cfg.addr) {
+		return &usageError{msg: fmt.Sprintf("-addr %q is not a loopback address; add -allow-remote to listen on it", cfg.addr)}
+	}
+	u, err := url.Parse(upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &usageError{msg: fmt.Sprintf("-upstream %q is not an http or https URL", upstream)}
+	}
+	cfg.upstream = u
+	cfg.redisAddrs = splitList(redisList)
+	switch redisFail {
+	case "open":
+		cfg.redisFail = redisstore.FailOpen
+	case "closed":
+		cfg.redisFail = redisstore.FailClosed
+	default:
+		return &usageError{msg: fmt.Sprintf("-redis-fail %q: want open or closed", redisFail)}
+	}
+	if tok := strings.TrimSpace(defaultToken); tok != "" {
+		if !strings.Contains(tok, " ") {
+			tok = "Bot " + tok
+		}
+		cfg.defaultAuth = tok
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return &usageError{msg: fmt.Sprintf("-log-level %q: want debug, info, warn or error", logLevel)}
+	}
+	if cfg.logFormat != "json" && cfg.logFormat != "text" {
+		return &usageError{msg: fmt.Sprintf("-log-format %q: want json or text", cfg.logFormat)}
+	}
+	if cfg.maxBody <= 0 {
+		return &usageError{msg: "-max-body must be positive"}
+	}
+	if cfg.writeTimeout > 0 && cfg.maxWait > 0 && cfg.writeTimeout <= cfg.maxWait {
+		return &usageError{msg: fmt.Sprintf("-write-timeout %v must exceed -max-wait %v", cfg.writeTimeout, cfg.maxWait)}
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) names a loopback address.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newProxyLogger(w io.Writer, cfg *proxyConfig) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratecord/ratecord"
+)
+
+// ServeHTTP answers /healthz and /metrics, and forwards /api/... upstream.
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok")
+		return
+	case "/metrics":
+		p.metrics.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	p.forward(rec, w, r)
+	p.logRequest(r, rec, time.Since(start))
+}
+
+// forward checks the request's body and hands the request to the reverse
+// proxy.
+func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/api" && !strings.HasPrefix(r.URL.Path, "/api/") {
+		rec.reason = "not_found"
+		writeJSONError(rec, http.StatusNotFound, errorBody{Message: "ratecord proxy: only /api/... is forwarded", Ratecord: errorDetail{Reason: "not_found"}})
+		return
+	}
+	if r.ContentLength > p.cfg.maxBody {
+		rec.reason = "body_too_large"
+		writeJSONError(rec, http.StatusRequestEntityTooLarge, bodyTooLarge(p.cfg.maxBody))
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
+		if r.ContentLength > 0 && r.ContentLength <= p.cfg.replayBody {
+			if !p.bufferBody(rec, r) {
+				return
+			}
+		}
+	}
+	p.rp.ServeHTTP(rec, r)
+}
+
+// bufferBody reads a small body into memory, so that ratecord can send the
+// request again after a 429.
+func (p *proxy) bufferBody(rec *recorder, r *http.Request) bool {
+	body := make([]byte, r.ContentLength)
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		rec.reason = "bad_body"
+		rec.err = err.Error()
+		writeJSONError(rec, http.StatusBadRequest, errorBody{Message: "ratecord proxy: could not read the request body", Ratecord: errorDetail{Reason: "bad_body"}})
+		return false
+	}
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return true
+}
+
+// rewrite points the outgoing request at the upstream, keeping the
+// client's path and query, and adds the default token where one is
+// allowed. The reverse proxy has already removed hop-by-hop and
+// X-Forwarded headers.
+func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.cfg.upstream)
+	if p.cfg.defaultAuth != "" && pr.Out.Header.Get("Authorization") == "" && !tokenInPath(pr.In.URL.Path) {
+		pr.Out.Header.Set("Authorization", p.cfg.defaultAuth)
+	}
+}
+
+// tokenInPath reports whether an API path authenticates with a token in
+// the path: webhooks/{id}/{token}... and interactions/{id}/{token}/....
+// Such requests must not carry the bot's token.
+func tokenInPath(path string) bool {
+	path = strings.TrimPrefix(path, "/api")
+	segs := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 4)
+	if len(segs) > 0 && len(segs[0]) > 1 && segs[0][0] == 'v' && isNumber(segs[0][1:]) {
+		segs = segs[1:]
+	}
+	if len(segs) < 3 || segs[2] == "" {
+		return false
+	}
+	return segs[0] == "webhooks" || segs[0] == "interactions"
+}
+
+func isNumber(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// logRequest writes the request's log line: method, redacted path, status,
+// duration and, for an error response, why.
+func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
+	level := slog.LevelInfo
+	if rec.reason != "" && rec.status >= 500 {
+		level = slog.LevelWarn
+	}
+	ctx := r.Context()
+	if !p.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
+		slog.String("method", r.Method),
+		slog.String("path", redactPath(r.URL)),
+		slog.Int("status", rec.status),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.Int64("bytes", rec.bytes))
+	if rec.reason != "" {
+		attrs = append(attrs, slog.String("reason", rec.reason))
+	}
+	if rec.giveUp != nil {
+		attrs = append(attrs, slog.String("route", rec.giveUp.Route), slog.String("scope", string(rec.giveUp.Scope)),
+			slog.String("bucket", rec.giveUp.Bucket), slog.Duration("retry_after", rec.giveUp.RetryAfter))
+	}
+	if rec.err != "" {
+		attrs = append(attrs, slog.String("error", p.redactError(rec.err, r)))
+	}
+	p.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// redactPath returns the URL's path with webhook and interaction tokens
+// replaced; the query is left out.
+func redactPath(u *url.URL) string {
+	return ratecord.RedactURL(&url.URL{Path: u.Path, RawPath: u.RawPath})
+}
+
+// redactError removes from an error's text anything secret it may quote:
+// the request's path (webhook tokens) and Authorization values.
+func (p *proxy) redactError(msg string, r *http.Request) string {
+	if path := r.URL.EscapedPath(); len(path) > 1 {
+		msg = strings.ReplaceAll(msg, path, redactPath(r.URL))
+	}
+	if len(r.URL.Path) > 1 {
+		msg = strings.ReplaceAll(msg, r.URL.Path, redactPath(r.URL))
+	}
+	for _, secret := range []string{r.Header.Get("Authorization"), p.cfg.defaultAuth} {
+		if secret != "" {
+			msg = strings.ReplaceAll(msg, secret, "REDACTED")
+			if _, tok, ok := strings.Cut(secret, " "); ok && tok != "" {
+				msg = strings.ReplaceAll(msg, tok, "REDACTED")
+			}
+		}
+	}
+	return msg
+}
+
+// recorder notes what the proxy answered, for the request's log line.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	reason string                   // why the proxy answered itself, or ""
+	giveUp *ratecord.RateLimitError // when ratecord gave up
+	err    string                   // the error's text, not yet redacted
+}
+
+func (rec *recorder) WriteHeader(code int) {
+	if rec.status == 0 && code >= 200 {
+		rec.status = code
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets [http.ResponseController] reach the connection's writer.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// bufferPool lends the reverse proxy its copy buffers.
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
