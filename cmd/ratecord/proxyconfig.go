@@ -68,7 +68,11 @@ Memory: unless GOGC is set, the proxy runs the garbage collector at GOGC=25
 Endpoints:
   /api/...   forwarded to -upstream with path, query, method, body and
              headers intact (hop-by-hop headers removed, Host set to the
-             upstream's)
+             upstream's). The path is checked before anything else: a
+             dot-segment in any encoding, an encoded slash or percent
+             sign, an empty segment, a backslash, ";", a control byte, a
+             target that is not a path (absolute-form, authority-form) or
+             a path outside /api/ is answered 400 and never forwarded
   /healthz   200 "ok" while the process serves
   /metrics   ratecord's OpenTelemetry metrics in Prometheus text format,
              with Go runtime and process metrics
@@ -80,6 +84,7 @@ When ratecord gives up instead of sending, the answer is a JSON error:
        the proxy is shutting down
   502  the upstream could not be reached
   413  the request body exceeds -max-body
+  400  the request target is not a clean /api/ path (reason bad_path)
 with Retry-After and X-Ratecord-Reason, -Scope, -Bucket and -Retry-After
 headers, and a body such as
   {"message":"ratecord: wait exceeds the maximum","code":0,"retry_after":1.25,

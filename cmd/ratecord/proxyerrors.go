@@ -31,7 +31,7 @@ type errorDetail struct {
 	// Reason is a stable code: wait_too_long, deadline_exceeded,
 	// invalid_budget, unauthorized, webhook_gone, closed,
 	// store_unavailable, upstream_error, body_too_large, bad_body,
-	// not_found.
+	// bad_path.
 	Reason     string  `json:"reason"`
 	Scope      string  `json:"scope,omitempty"`
 	Bucket     string  `json:"bucket,omitempty"`

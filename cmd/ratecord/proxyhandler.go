@@ -14,9 +14,22 @@ import (
 	"github.com/ratecord/ratecord"
 )
 
-// ServeHTTP answers /healthz and /metrics, and forwards /api/... upstream.
+// ServeHTTP checks the request target before anything else, answers
+// /healthz and /metrics, and forwards /api/... upstream.
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	path, err := checkTarget(r.RequestURI)
+	if err == nil && path != r.URL.Path {
+		err = errTargetMismatch
+	}
+	if err != nil {
+		rec.refusedTarget = true
+		p.refuse(rec, http.StatusBadRequest, "bad_path", err.Error())
+		p.logRequest(r, rec, time.Since(start))
+		return
+	}
+	switch path {
 	case "/healthz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")
@@ -25,18 +38,22 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.metrics.ServeHTTP(w, r)
 		return
 	}
-	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
 	p.forward(rec, w, r)
 	p.logRequest(r, rec, time.Since(start))
 }
 
-// forward checks the request's body and hands the request to the reverse
-// proxy.
+// refuse answers a request the proxy will not forward with a JSON error
+// whose message is "ratecord proxy: " and msg.
+func (p *proxy) refuse(rec *recorder, status int, reason, msg string) {
+	rec.reason = reason
+	writeJSONError(rec, status, errorBody{Message: "ratecord proxy: " + msg, Ratecord: errorDetail{Reason: reason}})
+}
+
+// forward checks the request's path, headers and body and hands the
+// request to the reverse proxy.
 func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/api" && !strings.HasPrefix(r.URL.Path, "/api/") {
-		rec.reason = "not_found"
-		writeJSONError(rec, http.StatusNotFound, errorBody{Message: "ratecord proxy: only /api/... is forwarded", Ratecord: errorDetail{Reason: "not_found"}})
+	if !isAPIPath(r.URL.Path) {
+		p.refuse(rec, http.StatusBadRequest, "bad_path", errNotAPI.Error())
 		return
 	}
 	if r.ContentLength > p.cfg.maxBody {
@@ -72,38 +89,17 @@ func (p *proxy) bufferBody(rec *recorder, r *http.Request) bool {
 }
 
 // rewrite points the outgoing request at the upstream, keeping the
-// client's path and query, and adds the default token where one is
+// client's checked path and query, and adds the default token where one is
 // allowed. The reverse proxy has already removed hop-by-hop and
 // X-Forwarded headers.
 func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
+	// The path was checked decoded: send it encoded the one way Go
+	// encodes it, rather than as the client spelled it.
+	pr.Out.URL.RawPath = ""
 	pr.SetURL(p.cfg.upstream)
 	if p.cfg.defaultAuth != "" && pr.Out.Header.Get("Authorization") == "" && !tokenInPath(pr.In.URL.Path) {
 		pr.Out.Header.Set("Authorization", p.cfg.defaultAuth)
 	}
-}
-
-// tokenInPath reports whether an API path authenticates with a token in
-// the path: webhooks/{id}/{token}... and interactions/{id}/{token}/....
-// Such requests must not carry the bot's token.
-func tokenInPath(path string) bool {
-	path = strings.TrimPrefix(path, "/api")
-	segs := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 4)
-	if len(segs) > 0 && len(segs[0]) > 1 && segs[0][0] == 'v' && isNumber(segs[0][1:]) {
-		segs = segs[1:]
-	}
-	if len(segs) < 3 || segs[2] == "" {
-		return false
-	}
-	return segs[0] == "webhooks" || segs[0] == "interactions"
-}
-
-func isNumber(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // logRequest writes the request's log line: method, redacted path, status,
@@ -120,7 +116,7 @@ func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
 		slog.String("method", r.Method),
-		slog.String("path", redactPath(r.URL)),
+		slog.String("path", logPath(r, rec)),
 		slog.Int("status", rec.status),
 		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 		slog.Int64("bytes", rec.bytes))
@@ -135,6 +131,15 @@ func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
 		attrs = append(attrs, slog.String("error", p.redactError(rec.err, r)))
 	}
 	p.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// logPath returns the path to log: redacted, or only "REDACTED" when the
+// target was refused, since a malformed path can hide a token anywhere.
+func logPath(r *http.Request, rec *recorder) string {
+	if rec.refusedTarget {
+		return "REDACTED"
+	}
+	return redactPath(r.URL)
 }
 
 // redactPath returns the URL's path with webhook and interaction tokens
@@ -171,6 +176,8 @@ type recorder struct {
 	reason string                   // why the proxy answered itself, or ""
 	giveUp *ratecord.RateLimitError // when ratecord gave up
 	err    string                   // the error's text, not yet redacted
+
+	refusedTarget bool // the request target was refused: do not log it
 }
 
 func (rec *recorder) WriteHeader(code int) {
