@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/ratecord/ratecord"
@@ -27,13 +26,19 @@ type proxyConfig struct {
 	redisPrefix  string
 	redisFail    redisstore.FailurePolicy
 	redisTimeout time.Duration
-	defaultAuth  string // the Authorization value to inject, or ""
+	defaultAuth  string      // the Authorization value to inject, or ""
+	auth         *clientAuth // who may use the proxy
 	hashKey      string
 	globalLimit  int
 	maxWait      time.Duration
 	retries      int
 	maxBody      int64
 	replayBody   int64
+
+	maxConns       int // client connections open at once
+	maxHeaderBytes int // request line and headers
+	maxAuthBytes   int // the Authorization header
+	maxInFlight    int // requests being forwarded at once
 
 	upstreamTimeout   time.Duration
 	readHeaderTimeout time.Duration
@@ -91,10 +96,23 @@ headers, and a body such as
    "global":false,"ratecord":{"reason":"wait_too_long","scope":"user",
    "bucket":"abcd1234","route":"POST /channels/:id/messages","retry_after":1.25}}
 
-The proxy has no authentication of its own: it listens on a loopback address
-unless -allow-remote is given, for deployments where a firewall or a private
-network decides who may reach it. Logs (one line per request at level info)
-carry redacted paths, never a token.
+Who may use the proxy: by default, whoever reaches it, and it listens on a
+loopback address unless -allow-remote is given. -client-secret makes every
+request to /api/ carry that secret in the X-Ratecord-Client-Secret header
+(removed before forwarding); -allowed-tokens lets requests whose own
+Authorization is one of those tokens through without it. Anything else is
+answered 401 (reason client_auth). Only a request with the client secret
+(or any request, without client authentication) gets -default-token, so
+-default-token with -allow-remote needs -client-secret. /healthz and
+/metrics answer without authentication.
+
+Caps: -max-conns client connections (more wait in the listen queue),
+-max-header-bytes of request headers (431), -max-auth-bytes of
+Authorization (400, reason bad_authorization) and -max-in-flight requests
+being forwarded (503, reason overloaded, with Retry-After).
+
+Logs (one line per request at level info) carry redacted paths and errors,
+never a token.
 
 Every flag can be set by the environment variable named after it; a flag on
 the command line wins.
@@ -109,7 +127,7 @@ func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (strin
 	fs.SetOutput(stderr)
 	cfg := &proxyConfig{}
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`address` to listen on; a non-loopback address needs -allow-remote")
-	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow a non-loopback -addr (the proxy has no authentication: put it behind a firewall)")
+	fs.BoolVar(&cfg.allowRemote, "allow-remote", false, "allow a non-loopback -addr (with -default-token, -client-secret is required)")
 	upstream := fs.String("upstream", "https://discord.com", "`URL` of Discord's API; request paths such as /api/v10/... are appended")
 	redisList := fs.String("redis", "", "comma-separated Redis `addresses` (host:port; several make a cluster client) or one redis:// or rediss:// URL; replicas using the same Redis share limits. Empty: limits are kept in this process")
 	fs.BoolVar(&cfg.redisCluster, "redis-cluster", false, "use a Redis Cluster client even with a single -redis address")
@@ -119,6 +137,12 @@ func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (strin
 	redisFail := fs.String("redis-fail", "open", "`policy` when Redis cannot be reached: open (go on with a conservative share of every limit in this process) or closed (answer 503)")
 	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", time.Second, "timeout of each Redis dial, read and write")
 	defaultToken := fs.String("default-token", "", "`token` (\"Bot ...\", or bare for a bot token) sent with requests that carry no Authorization header, except on webhook and interaction routes, whose token is in the path (prefer the environment variable)")
+	clientSecret := fs.String("client-secret", "", fmt.Sprintf("shared `secret` (at least %d bytes) every request to /api/ must carry in the %s header, removed before forwarding; requests without it get 401 (prefer the environment variable)", minClientSecret, hdrClientSecret))
+	allowedTokens := fs.String("allowed-tokens", "", "comma-separated bot `tokens` (\"Bot ...\", or bare) whose requests need no client secret; others get 401. Kept only as keyed hashes (prefer the environment variable)")
+	fs.IntVar(&cfg.maxConns, "max-conns", 1024, "client connections open at once; more wait in the listen queue until one closes")
+	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 32<<10, "largest request line and headers in `bytes`; larger ones get 431")
+	fs.IntVar(&cfg.maxAuthBytes, "max-auth-bytes", 512, "largest Authorization header in `bytes`; larger ones get 400")
+	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 512, "requests forwarded or waiting for a rate-limit slot at once; more get 503 with Retry-After")
 	fs.StringVar(&cfg.hashKey, "hash-key", "", "secret `key` of the hash that replaces tokens in rate-limit keys; replicas sharing Redis must use the same. Empty: a fixed key")
 	fs.IntVar(&cfg.globalLimit, "global-limit", ratecord.DefaultGlobalLimit, "requests per second each credential may send (Discord's global limit)")
 	fs.DurationVar(&cfg.maxWait, "max-wait", 30*time.Second, "longest a request may wait for a slot; a longer wait is answered 429 at once")
@@ -150,11 +174,21 @@ func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (strin
 	if err := applyEnv(fs, lookup); err != nil {
 		return nil, err
 	}
-	return cfg, cfg.finish(*upstream, *redisList, *redisFail, *defaultToken, *logLevel)
+	return cfg, cfg.finish(rawFlags{
+		upstream: *upstream, redisList: *redisList, redisFail: *redisFail, defaultToken: *defaultToken,
+		logLevel: *logLevel, clientSecret: *clientSecret, allowedTokens: *allowedTokens,
+	})
+}
+
+// rawFlags are the flags that finish turns into fields of a proxyConfig.
+type rawFlags struct {
+	upstream, redisList, redisFail, defaultToken, logLevel string
+	clientSecret, allowedTokens                            string
 }
 
 // finish checks the flags and sets the fields derived from them.
-func (cfg *proxyConfig) finish(upstream, redisList, redisFail, defaultToken, logLevel string) error {
+func (cfg *proxyConfig) finish(f rawFlags) error {
+	upstream, redisList, redisFail, logLevel := f.upstream, f.redisList, f.redisFail, f.logLevel
 	if !cfg.allowRemote && !isLoopback(cfg.addr) {
 		return &usageError{msg: fmt.Sprintf("-addr %q is not a loopback address; add -allow-remote to listen on it", cfg.addr)}
 	}
@@ -172,11 +206,9 @@ func (cfg *proxyConfig) finish(upstream, redisList, redisFail, defaultToken, log
 	default:
 		return &usageError{msg: fmt.Sprintf("-redis-fail %q: want open or closed", redisFail)}
 	}
-	if tok := strings.TrimSpace(defaultToken); tok != "" {
-		if !strings.Contains(tok, " ") {
-			tok = "Bot " + tok
-		}
-		cfg.defaultAuth = tok
+	cfg.defaultAuth = authorization(f.defaultToken)
+	if err := cfg.finishAuth(f.clientSecret, f.allowedTokens); err != nil {
+		return err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return &usageError{msg: fmt.Sprintf("-log-level %q: want debug, info, warn or error", logLevel)}
@@ -184,12 +216,42 @@ func (cfg *proxyConfig) finish(upstream, redisList, redisFail, defaultToken, log
 	if cfg.logFormat != "json" && cfg.logFormat != "text" {
 		return &usageError{msg: fmt.Sprintf("-log-format %q: want json or text", cfg.logFormat)}
 	}
-	if cfg.maxBody <= 0 {
-		return &usageError{msg: "-max-body must be positive"}
+	for _, c := range []struct {
+		name string
+		v    int64
+	}{
+		{"-max-body", cfg.maxBody}, {"-max-conns", int64(cfg.maxConns)}, {"-max-header-bytes", int64(cfg.maxHeaderBytes)},
+		{"-max-auth-bytes", int64(cfg.maxAuthBytes)}, {"-max-in-flight", int64(cfg.maxInFlight)},
+	} {
+		if c.v <= 0 {
+			return &usageError{msg: c.name + " must be positive"}
+		}
 	}
 	if cfg.writeTimeout > 0 && cfg.maxWait > 0 && cfg.writeTimeout <= cfg.maxWait {
 		return &usageError{msg: fmt.Sprintf("-write-timeout %v must exceed -max-wait %v", cfg.writeTimeout, cfg.maxWait)}
 	}
+	return nil
+}
+
+// finishAuth checks the client authentication flags and builds cfg.auth.
+// The tokens are hashed at once and not kept.
+func (cfg *proxyConfig) finishAuth(secret, tokenList string) error {
+	if secret != "" && len(secret) < minClientSecret {
+		return &usageError{msg: fmt.Sprintf("-client-secret must be at least %d bytes", minClientSecret)}
+	}
+	var tokens []string
+	for _, tok := range splitList(tokenList) {
+		tokens = append(tokens, authorization(tok))
+	}
+	if cfg.defaultAuth != "" && secret == "" {
+		switch {
+		case cfg.allowRemote:
+			return &usageError{msg: "-allow-remote with -default-token needs -client-secret: anyone who reaches the proxy could send with the default token"}
+		case len(tokens) > 0:
+			return &usageError{msg: "-default-token with -allowed-tokens needs -client-secret: only requests with the client secret get the default token"}
+		}
+	}
+	cfg.auth = newClientAuth(secret, tokens)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +26,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		rec.refusedTarget = true
+		rec.err = err.Error() // never quotes the target
 		p.refuse(rec, http.StatusBadRequest, "bad_path", err.Error())
 		p.logRequest(r, rec, time.Since(start))
 		return
@@ -49,11 +51,33 @@ func (p *proxy) refuse(rec *recorder, status int, reason, msg string) {
 	writeJSONError(rec, status, errorBody{Message: "ratecord proxy: " + msg, Ratecord: errorDetail{Reason: reason}})
 }
 
-// forward checks the request's path, headers and body and hands the
-// request to the reverse proxy.
+// forward checks the request's path, its Authorization, the client's
+// authentication, the cap on requests in flight and the body, and hands
+// the request to the reverse proxy.
 func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 	if !isAPIPath(r.URL.Path) {
 		p.refuse(rec, http.StatusBadRequest, "bad_path", errNotAPI.Error())
+		return
+	}
+	auth := r.Header.Values("Authorization")
+	switch {
+	case len(auth) > 1:
+		p.refuse(rec, http.StatusBadRequest, "bad_authorization", "more than one Authorization header")
+		return
+	case len(auth) == 1 && len(auth[0]) > p.cfg.maxAuthBytes:
+		p.refuse(rec, http.StatusBadRequest, "bad_authorization", fmt.Sprintf("Authorization longer than %d bytes", p.cfg.maxAuthBytes))
+		return
+	}
+	if !p.authenticated(r) {
+		p.refuse(rec, http.StatusUnauthorized, "client_auth", "this proxy needs the "+hdrClientSecret+" header or an allowed bot token")
+		return
+	}
+	select {
+	case p.inFlight <- struct{}{}:
+		defer func() { <-p.inFlight }()
+	default:
+		rec.Header().Set("Retry-After", "1")
+		p.refuse(rec, http.StatusServiceUnavailable, "overloaded", fmt.Sprintf("more than %d requests in flight", p.cfg.maxInFlight))
 		return
 	}
 	if r.ContentLength > p.cfg.maxBody {
@@ -70,6 +94,14 @@ func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.rp.ServeHTTP(rec, r)
+}
+
+// authenticated reports whether r may use the proxy: always without
+// client authentication, else with the client secret or an allowed
+// Authorization.
+func (p *proxy) authenticated(r *http.Request) bool {
+	a := p.cfg.auth
+	return !a.enabled() || a.bySecret(r.Header) || a.byCredential(r.Header.Get("Authorization"))
 }
 
 // bufferBody reads a small body into memory, so that ratecord can send the
@@ -97,6 +129,7 @@ func (p *proxy) rewrite(pr *httputil.ProxyRequest) {
 	// encodes it, rather than as the client spelled it.
 	pr.Out.URL.RawPath = ""
 	pr.SetURL(p.cfg.upstream)
+	pr.Out.Header.Del(hdrClientSecret)
 	if p.cfg.defaultAuth != "" && pr.Out.Header.Get("Authorization") == "" && !tokenInPath(pr.In.URL.Path) {
 		pr.Out.Header.Set("Authorization", p.cfg.defaultAuth)
 	}

@@ -66,12 +66,13 @@ type proxy struct {
 	meters    *sdkmetric.MeterProvider
 	metrics   http.Handler
 	rp        *httputil.ReverseProxy
+	inFlight  chan struct{} // a token per request being forwarded
 }
 
 // newProxy builds the proxy: the upstream transport, the store, the meter
 // provider exporting to Prometheus, and ratecord's transport over them.
 func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
-	p := &proxy{cfg: cfg, log: logger, upstream: newUpstreamTransport(cfg)}
+	p := &proxy{cfg: cfg, log: logger, upstream: newUpstreamTransport(cfg), inFlight: make(chan struct{}, cfg.maxInFlight)}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -179,10 +180,12 @@ func (p *proxy) checkRedis() {
 	}
 }
 
-// serve answers on ln until ctx is cancelled, then shuts down gracefully:
+// serve answers on ln, at most -max-conns connections at a time, until ctx is cancelled, then shuts down gracefully:
 // no new connections, requests in flight finish within -shutdown-timeout.
 func (p *proxy) serve(ctx context.Context, ln net.Listener) error {
+	ln = newLimitListener(ln, p.cfg.maxConns)
 	srv := &http.Server{
+		MaxHeaderBytes:    p.cfg.maxHeaderBytes,
 		Handler:           p,
 		ReadHeaderTimeout: p.cfg.readHeaderTimeout,
 		ReadTimeout:       p.cfg.readTimeout,
@@ -192,6 +195,9 @@ func (p *proxy) serve(ctx context.Context, ln net.Listener) error {
 	}
 	p.log.Info("listening", slog.String("addr", ln.Addr().String()), slog.String("upstream", p.cfg.upstream.String()),
 		slog.String("store", p.storeName()))
+	if p.cfg.allowRemote && !p.cfg.auth.enabled() {
+		p.log.Warn("no client authentication: whoever reaches the proxy can send through it, and spend this address's invalid-request budget (see -client-secret)")
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
