@@ -26,7 +26,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		rec.refusedTarget = true
-		rec.err = err.Error() // never quotes the target
+		rec.err = err // never quotes the target
 		p.refuse(rec, http.StatusBadRequest, "bad_path", err.Error())
 		p.logRequest(r, rec, time.Since(start))
 		return
@@ -110,7 +110,7 @@ func (p *proxy) bufferBody(rec *recorder, r *http.Request) bool {
 	body := make([]byte, r.ContentLength)
 	if _, err := io.ReadFull(r.Body, body); err != nil {
 		rec.reason = "bad_body"
-		rec.err = err.Error()
+		rec.err = err
 		writeJSONError(rec, http.StatusBadRequest, errorBody{Message: "ratecord proxy: could not read the request body", Ratecord: errorDetail{Reason: "bad_body"}})
 		return false
 	}
@@ -160,7 +160,7 @@ func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
 		attrs = append(attrs, slog.String("route", rec.giveUp.Route), slog.String("scope", string(rec.giveUp.Scope)),
 			slog.String("bucket", rec.giveUp.Bucket), slog.Duration("retry_after", rec.giveUp.RetryAfter))
 	}
-	if rec.err != "" {
+	if rec.err != nil {
 		attrs = append(attrs, slog.String("error", p.redactError(rec.err, r)))
 	}
 	p.log.LogAttrs(ctx, level, "request", attrs...)
@@ -181,9 +181,12 @@ func redactPath(u *url.URL) string {
 	return ratecord.RedactURL(&url.URL{Path: u.Path, RawPath: u.RawPath})
 }
 
-// redactError removes from an error's text anything secret it may quote:
-// the request's path (webhook tokens) and Authorization values.
-func (p *proxy) redactError(msg string, r *http.Request) string {
+// redactError returns an error's text fit for the log: redacted by
+// [ratecord.RedactError] (webhook and interaction tokens in URLs and paths,
+// query strings), then cleared of the request's path, should it be quoted
+// in another form, and of Authorization values.
+func (p *proxy) redactError(err error, r *http.Request) string {
+	msg := ratecord.RedactError(err).Error()
 	if path := r.URL.EscapedPath(); len(path) > 1 {
 		msg = strings.ReplaceAll(msg, path, redactPath(r.URL))
 	}
@@ -208,7 +211,7 @@ type recorder struct {
 	bytes  int64
 	reason string                   // why the proxy answered itself, or ""
 	giveUp *ratecord.RateLimitError // when ratecord gave up
-	err    string                   // the error's text, not yet redacted
+	err    error                    // why, not yet redacted
 
 	refusedTarget bool // the request target was refused: do not log it
 }
