@@ -130,6 +130,12 @@ func TestParseProxyFlagsClientAuth(t *testing.T) {
 			t.Errorf("parseProxyFlags(%q, %v) = %v; want a usage error containing %q", tt.args, tt.env, err, tt.want)
 		}
 	}
+	// The command refuses to start, with a usage error.
+	var stderr syncBuffer
+	if code := run(t.Context(), []string{"proxy", "-addr", "0.0.0.0:0", "-allow-remote", "-default-token", "x"}, io.Discard, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "needs -client-secret") {
+		t.Errorf("ratecord proxy -allow-remote -default-token: exit %d, %q; want 2 and a message naming -client-secret", code, stderr.String())
+	}
 	cfg, err := parseProxyFlags([]string{"-addr", "0.0.0.0:0", "-allow-remote", "-default-token", "x"}, io.Discard,
 		env(map[string]string{"RATECORD_CLIENT_SECRET": clientSecret, "RATECORD_ALLOWED_TOKENS": botToken + "," + otherToken}))
 	if err != nil {

@@ -82,14 +82,18 @@ Endpoints:
   /metrics   ratecord's OpenTelemetry metrics in Prometheus text format,
              with Go runtime and process metrics
 
-When ratecord gives up instead of sending, the answer is a JSON error:
+When the proxy answers itself (ratecord gave up, or the proxy refused the
+request), the answer is a JSON error:
   429  the wait would exceed -max-wait, or the invalid-request guard or a
        401/404 cooldown refused the request
   503  the rate-limit store failed (Redis down under -redis-fail closed) or
        the proxy is shutting down
   502  the upstream could not be reached
   413  the request body exceeds -max-body
-  400  the request target is not a clean /api/ path (reason bad_path)
+  400  the request target is not a clean /api/ path (reason bad_path), or
+       Authorization is too long or sent twice (bad_authorization)
+  401  client authentication failed (client_auth)
+  503  -max-in-flight requests are in flight already (overloaded)
 with Retry-After and X-Ratecord-Reason, -Scope, -Bucket and -Retry-After
 headers, and a body such as
   {"message":"ratecord: wait exceeds the maximum","code":0,"retry_after":1.25,
