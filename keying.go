@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,12 +47,28 @@ type keyer struct {
 	tmpl   templates
 	seed   maphash.Seed
 	paths  [pathCacheSize]atomic.Pointer[pathEntry]
+	seeds  [2]maphash.Seed // of secret digests
 
 	mu    sync.RWMutex // guards cache
-	cache map[string]string
+	cache map[secretDigest]string
 }
 
-type credEntry struct{ auth, id string }
+// secretDigest stands for a secret (an Authorization value, a webhook
+// token) in the keyer's caches, which never keep the secret itself: 128
+// bits of hashes under seeds drawn for this keyer. It has a fixed size
+// however long the secret, and two secrets share one only by a chance of
+// about 2^-128.
+type secretDigest [2]uint64
+
+func (k *keyer) digest(secret string) secretDigest {
+	return secretDigest{maphash.String(k.seeds[0], secret), maphash.String(k.seeds[1], secret)}
+}
+
+// credEntry is the last credential keyed.
+type credEntry struct {
+	digest secretDigest
+	id     string
+}
 
 // pathEntry is a keyed path in the keyer's path cache: a bot sends to the
 // same channels over and over, so most requests are keyed by one lookup.
@@ -67,7 +84,12 @@ const pathCacheSize = 1024
 const maxCachedSecrets = 4096
 
 func newKeyer(secret []byte) *keyer {
-	k := &keyer{secret: secret, cache: make(map[string]string), seed: maphash.MakeSeed()}
+	k := &keyer{
+		secret: secret,
+		cache:  make(map[secretDigest]string),
+		seed:   maphash.MakeSeed(),
+		seeds:  [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+	}
 	k.pool.New = func() any { return hmac.New(sha256.New, k.secret) }
 	return k
 }
@@ -95,55 +117,73 @@ func (k *keyer) key(req *http.Request, now func() time.Time) routeKey {
 }
 
 // route keys method (not empty) and path, from the path cache when it can. Paths with
-// tokens are never cached (each is new, and holds a secret), nor routes that
-// depend on the time.
+// tokens are never cached (each is new, and holds a secret), nor paths with
+// a segment templated as a token (a long one, which may be a secret), nor
+// paths longer than maxCachedPath, nor routes that depend on the time.
 func (k *keyer) route(method, path string, now func() time.Time) routeKey {
 	slot := &k.paths[(maphash.String(k.seed, path)+uint64(len(method))<<8+uint64(method[0]))%pathCacheSize]
 	if e := slot.Load(); e != nil && e.path == path && e.method == method {
 		return e.rk
 	}
 	rk := parseRoute(method, path, now, &k.tmpl)
-	if !rk.tokenAuth && !rk.dated {
+	if !rk.tokenAuth && !rk.dated && len(path) <= maxCachedPath && !strings.Contains(rk.route, ":token") {
 		slot.Store(&pathEntry{method: method, path: path, rk: rk})
 	}
 	return rk
 }
 
+// maxCachedPath is the longest path the path cache keeps, so that it holds
+// at most pathCacheSize × maxCachedPath bytes of paths.
+const maxCachedPath = 256
+
 // credential returns the keyed hash of an Authorization header value.
 func (k *keyer) credential(auth string) string {
-	if e := k.last.Load(); e != nil && e.auth == auth {
+	d := k.digest(auth)
+	if e := k.last.Load(); e != nil && e.digest == d {
 		return e.id
 	}
-	id := k.hashSecret(auth, true)
-	k.last.Store(&credEntry{auth: auth, id: id})
+	id := k.hashDigested(auth, d)
+	k.last.Store(&credEntry{digest: d, id: id})
 	return id
 }
 
-// hashSecret returns a keyed hash of secret, remembering it when cache is
-// set. The hash cannot be turned back into the secret.
+// hashSecret returns a keyed hash of secret, remembering it by its digest
+// when cache is set. The hash cannot be turned back into the secret.
 func (k *keyer) hashSecret(secret string, cache bool) string {
-	if cache {
-		k.mu.RLock()
-		id, ok := k.cache[secret]
-		k.mu.RUnlock()
-		if ok {
-			return id
-		}
+	if !cache {
+		return k.hash(secret)
 	}
+	return k.hashDigested(secret, k.digest(secret))
+}
+
+// hashDigested returns the keyed hash of secret, whose digest is d, from
+// the cache when it is there. The cache keeps digests and hashes only, and
+// is emptied when it reaches maxCachedSecrets entries.
+func (k *keyer) hashDigested(secret string, d secretDigest) string {
+	k.mu.RLock()
+	id, ok := k.cache[d]
+	k.mu.RUnlock()
+	if ok {
+		return id
+	}
+	id = k.hash(secret)
+	k.mu.Lock()
+	if len(k.cache) >= maxCachedSecrets {
+		clear(k.cache)
+	}
+	k.cache[d] = id
+	k.mu.Unlock()
+	return id
+}
+
+// hash returns the keyed hash (HMAC-SHA256, 16 bytes in base64) of secret.
+func (k *keyer) hash(secret string) string {
 	h := k.pool.Get().(hash.Hash)
 	h.Reset()
 	h.Write([]byte(secret))
 	var sum [sha256.Size]byte
 	id := base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
 	k.pool.Put(h)
-	if cache {
-		k.mu.Lock()
-		if len(k.cache) >= maxCachedSecrets {
-			clear(k.cache)
-		}
-		k.cache[secret] = id
-		k.mu.Unlock()
-	}
 	return id
 }
 

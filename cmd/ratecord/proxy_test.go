@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -224,8 +225,8 @@ func TestProxyForwardsEmulatorResponses(t *testing.T) {
 	if !json.Valid([]byte(body)) {
 		t.Errorf("body %q is not JSON", body)
 	}
-	if resp, body := p.do(t, http.MethodGet, "/elsewhere", "", ""); resp.StatusCode != http.StatusNotFound || !strings.Contains(body, `"not_found"`) {
-		t.Errorf("GET /elsewhere = %d %s; want 404 not_found", resp.StatusCode, body)
+	if resp, body := p.do(t, http.MethodGet, "/elsewhere", "", ""); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"bad_path"`) {
+		t.Errorf("GET /elsewhere = %d %s; want 400 bad_path", resp.StatusCode, body)
 	}
 }
 
@@ -405,6 +406,16 @@ func TestProxyUpstreamDown(t *testing.T) {
 	if strings.Contains(body, webhookToken) {
 		t.Errorf("error body quotes the webhook token: %s", body)
 	}
+	p.stop(t)
+	logs := p.stderr.String()
+	if !strings.Contains(logs, `"reason":"upstream_error","error":"`) {
+		t.Errorf("logs lack the upstream's error:\n%s", logs)
+	}
+	for i := 0; i+9 <= len(webhookToken); i++ {
+		if strings.Contains(logs, webhookToken[i:i+9]) {
+			t.Fatalf("logs hold %q of the webhook token:\n%s", webhookToken[i:i+9], logs)
+		}
+	}
 }
 
 func TestProxyNeverLogsTokens(t *testing.T) {
@@ -490,29 +501,6 @@ func TestProxyDefaultToken(t *testing.T) {
 	for i, tt := range tests {
 		if got := seen[i].Header.Get("Authorization"); got != tt.want {
 			t.Errorf("%s %s with Authorization %q: upstream got %q; want %q", tt.method, tt.path, tt.auth, got, tt.want)
-		}
-	}
-}
-
-func TestTokenInPath(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		path string
-		want bool
-	}{
-		{"/api/v10/webhooks/1/tok", true},
-		{"/api/v10/webhooks/1/tok/messages/2", true},
-		{"/api/webhooks/1/tok", true},
-		{"/api/v10/interactions/1/tok/callback", true},
-		{"/api/v10/webhooks/1", false},
-		{"/api/v10/webhooks/1/", false},
-		{"/api/v10/channels/1/webhooks", false},
-		{"/api/v10/users/@me", false},
-		{"/api/v10/vx/webhooks/1/tok", false},
-	}
-	for _, tt := range tests {
-		if got := tokenInPath(tt.path); got != tt.want {
-			t.Errorf("tokenInPath(%q) = %v; want %v", tt.path, got, tt.want)
 		}
 	}
 }
@@ -687,5 +675,26 @@ func TestParseProxyFlags(t *testing.T) {
 	}
 	if _, err := parseProxyFlags([]string{"-addr", "0.0.0.0:0", "-allow-remote"}, io.Discard, env(nil)); err != nil {
 		t.Errorf("-allow-remote: %v", err)
+	}
+}
+
+func TestProxyRedactError(t *testing.T) {
+	t.Parallel()
+	p := &proxy{cfg: &proxyConfig{defaultAuth: "Bot " + defaultTok}}
+	r := httptest.NewRequest(http.MethodPost, "/api/v10/webhooks/1/"+shortToken+"?wait=true", nil)
+	r.Header.Set("Authorization", "Bot "+botToken)
+	err := fmt.Errorf("upstream: %w", &url.Error{
+		Op:  "Post",
+		URL: "https://discord.com/api/v10/webhooks/1/" + shortToken + "?wait=true",
+		Err: fmt.Errorf("sent %s as Bot %s: %w", r.URL.Path, botToken, io.ErrUnexpectedEOF),
+	})
+	got := p.redactError(err, r)
+	for _, secret := range []string{shortToken, botToken, defaultTok, "wait=true"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("redactError(%q) = %q; holds %.8q", err, got, secret)
+		}
+	}
+	if want := `upstream: Post "https://discord.com/api/v10/webhooks/1/REDACTED": sent /api/v10/webhooks/1/REDACTED as REDACTED: unexpected EOF`; got != want {
+		t.Errorf("redactError = %q; want %q", got, want)
 	}
 }

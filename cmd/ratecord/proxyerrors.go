@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -31,7 +30,7 @@ type errorDetail struct {
 	// Reason is a stable code: wait_too_long, deadline_exceeded,
 	// invalid_budget, unauthorized, webhook_gone, closed,
 	// store_unavailable, upstream_error, body_too_large, bad_body,
-	// not_found.
+	// bad_path.
 	Reason     string  `json:"reason"`
 	Scope      string  `json:"scope,omitempty"`
 	Bucket     string  `json:"bucket,omitempty"`
@@ -55,7 +54,7 @@ func (p *proxy) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	note := func(reason string) {
 		if rec != nil {
 			rec.reason = reason
-			rec.err = errorText(err)
+			rec.err = err
 		}
 	}
 	var rl *ratecord.RateLimitError
@@ -166,13 +165,4 @@ func writeJSONError(w http.ResponseWriter, status int, body errorBody) {
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
-}
-
-// errorText returns err's text without the URL a *url.Error quotes.
-func errorText(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	return err.Error()
 }
