@@ -3,6 +3,10 @@
 //
 //	REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench . -benchtime 3s ./redisratebench
 //
+// Each benchmark also reports the Redis server's own time per operation
+// (server-us/op), from INFO commandstats before and after: the script
+// calls' usec, and every other command's, summed.
+//
 // BenchmarkRedisRateAllow measures one limiter.Allow (one script call) with
 // a per-second limit that never denies. BenchmarkRedisstoreAcquireUpdate
 // measures what ratecord does per request: Acquire on a known bucket with
@@ -15,6 +19,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,6 +67,35 @@ func cleanup(b *testing.B, c *redis.Client, p string) {
 	})
 }
 
+// serverUsec returns the total usec INFO commandstats reports for every
+// command, or -1 when it cannot be read.
+func serverUsec(c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return -1
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// reportServer reports the server time per operation since before.
+func reportServer(b *testing.B, c *redis.Client, before float64) {
+	if after := serverUsec(c); before >= 0 && after >= 0 && b.N > 0 {
+		b.ReportMetric((after-before)/float64(b.N), "server-us/op")
+	}
+}
+
 func BenchmarkRedisRateAllow(b *testing.B) {
 	c := client(b)
 	p := prefix(b)
@@ -69,8 +104,10 @@ func BenchmarkRedisRateAllow(b *testing.B) {
 	limit := redis_rate.PerSecond(1 << 30)
 	key := p + ":bot"
 	ctx := context.Background()
+	before := serverUsec(c)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer reportServer(b, c, before)
 	for b.Loop() {
 		res, err := limiter.Allow(ctx, key, limit)
 		if err != nil {
@@ -106,8 +143,10 @@ func BenchmarkRedisstoreAcquireUpdate(b *testing.B) {
 	if err := s.Update(ctx, pm, update); err != nil {
 		b.Fatal(err)
 	}
+	before := serverUsec(c)
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer reportServer(b, c, before)
 	for b.Loop() {
 		pm, err := s.Acquire(ctx, claim)
 		if err != nil {
