@@ -76,8 +76,9 @@ type bucketHeaders struct {
 }
 
 // decide takes the decision about one request under the lock and records it
-// in the stats. back is the latency still to come, used to tell when the
-// response reaches the client.
+// in the stats. It is called when the request arrives at Discord, once the
+// network's way up has passed: that moment counts. back is the delay of the
+// way down still to come, used to tell when the response reaches the client.
 func (s *Server) decide(q *request, back time.Duration) result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,7 +139,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		if ok, wait := c.check(now, l); !ok {
 			at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
-			res.avoidable = told && !at.After(q.arrival)
+			res.avoidable = told && !at.After(q.sent)
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
 			return res

@@ -43,9 +43,13 @@
 //
 // A scenario can change while it runs: [Server.SetBucket] changes a bucket's
 // limit or window, [Server.MoveRoute] moves a route to another bucket.
-// [WithLatency] adds network latency and [WithTimeScale] runs every window
-// faster or slower; headers then report real seconds, so a client needs no
-// change to run in fast-forward.
+// [WithNetwork] adds network latency: a way up, after which the request
+// counts, and a way down, before the response is written, each with jitter
+// and rare stalls, so requests arrive out of order and responses overtake
+// each other ([NetworkProfile] names a LAN, a bot host's distance from
+// Discord, and one with stalls; [WithSeed] makes the draws repeatable).
+// [WithTimeScale] runs every window faster or slower; headers then report
+// real seconds, so a client needs no change to run in fast-forward.
 //
 // [Server.Stats] reports what happened: requests by status, 429s by scope,
 // 429s a correct client would have avoided kept apart from those it could

@@ -17,10 +17,18 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeClock is a clock that moves only when told.
+// fakeClock is a clock that moves only when told, with timers that fire
+// when it moves past them.
 type fakeClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
+	mu     sync.Mutex // guards t and timers
+	t      time.Time
+	timers []*fakeTimer
+}
+
+// fakeTimer is a timer of a fakeClock.
+type fakeTimer struct {
+	at time.Time
+	c  chan time.Time // buffered: firing never blocks
 }
 
 func (c *fakeClock) Now() time.Time {
@@ -29,10 +37,59 @@ func (c *fakeClock) Now() time.Time {
 	return c.t
 }
 
+// Advance moves the clock by d and fires the timers that are due.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	kept := c.timers[:0]
+	for _, ft := range c.timers {
+		if ft.at.After(c.t) {
+			kept = append(kept, ft)
+			continue
+		}
+		ft.c <- c.t
+	}
+	c.timers = kept
+}
+
+// Timer is the fake clock's time.NewTimer: a channel and a stop function.
+func (c *fakeClock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ft := &fakeTimer{at: c.t.Add(d), c: make(chan time.Time, 1)}
+	c.timers = append(c.timers, ft)
+	return ft.c, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, x := range c.timers {
+			if x == ft {
+				c.timers = append(c.timers[:i], c.timers[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// Pending returns how many timers wait for the clock to move.
+func (c *fakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// waitUntil polls cond until it holds: it synchronises a test with
+// goroutines that react to the fake clock and asserts nothing about speed.
+// The test's own timeout bounds it.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if t.Context().Err() != nil {
+			t.Fatalf("gave up waiting until %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // startTime is the fake clock's start: 2023-11-14 22:13:20 UTC.
@@ -50,7 +107,7 @@ type harness struct {
 func newHarness(t *testing.T, opts ...Option) *harness {
 	t.Helper()
 	clk := &fakeClock{t: startTime()}
-	h := startHarness(t, append([]Option{withClock(clk.Now)}, opts...))
+	h := startHarness(t, append([]Option{withClock(clk.Now), withTimer(clk.Timer)}, opts...))
 	h.clock = clk
 	return h
 }

@@ -44,8 +44,9 @@ type config struct {
 	routes         []Route
 	globalLimit    int
 	timeScale      float64
-	latency        time.Duration
-	jitter         time.Duration
+	network        Network
+	seed           uint64
+	seeded         bool
 	skew           time.Duration
 	tokens         []string
 	invalidTokens  []string
@@ -59,6 +60,7 @@ type config struct {
 	banDuration    time.Duration
 	logLimit       int
 	now            func() time.Time
+	timer          func(time.Duration) (<-chan time.Time, func() bool)
 }
 
 // defaultConfig returns the defaults: Discord's documented numbers.
@@ -74,6 +76,7 @@ func defaultConfig() config {
 		banDuration:    time.Hour,
 		logLimit:       10000,
 		now:            time.Now,
+		timer:          realTimer,
 	}
 }
 
@@ -115,7 +118,7 @@ func WithGlobalLimit(perSecond int) Option {
 
 // WithTimeScale multiplies every configured window and duration (bucket
 // windows, the global second, the hidden sublimit and shared windows,
-// invalid-request window, ban and latency) by scale, so 0.1 makes a 5 s window
+// invalid-request window, ban and the network's delays) by scale, so 0.1 makes a 5 s window
 // last 0.5 s. Headers then report the scaled, real seconds, so a client in
 // real time behaves correctly. Zero or less is ignored; the default is 1.
 // The clock skew of [WithClockSkew] is not scaled.
@@ -128,12 +131,16 @@ func WithTimeScale(scale float64) Option {
 }
 
 // WithLatency adds fixed plus a uniformly random share of jitter to every
-// response. The total is drawn when the request arrives; the first half is
-// spent before the rate-limit decision (the request travelling to Discord)
-// and the rest after it (the response travelling back). Negative values count
-// as zero.
+// round trip, half of each on the way to Discord (before the rate-limit
+// decision) and half on the way back (after it), each half drawn on its own.
+// It is shorthand for [WithNetwork] with two equal legs and replaces an
+// earlier WithNetwork. Negative values count as zero.
 func WithLatency(fixed, jitter time.Duration) Option {
-	return optionFunc(func(c *config) { c.latency, c.jitter = max(0, fixed), max(0, jitter) })
+	fixed, jitter = max(0, fixed), max(0, jitter)
+	return WithNetwork(Network{
+		Up:   Leg{Base: fixed / 2, Jitter: jitter / 2},
+		Down: Leg{Base: fixed - fixed/2, Jitter: jitter - jitter/2},
+	})
 }
 
 // WithClockSkew adds offset to the emulator's clock as seen in
@@ -199,6 +206,22 @@ func WithBanDuration(d time.Duration) Option {
 // keeps in its log. Zero or less keeps none. The default is 10,000.
 func WithLogLimit(n int) Option {
 	return optionFunc(func(c *config) { c.logLimit = n })
+}
+
+// realTimer is time.NewTimer as a channel and a stop function.
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+// withTimer replaces the timers the network's delays wait on, for tests on
+// a fake clock.
+func withTimer(timer func(time.Duration) (<-chan time.Time, func() bool)) Option {
+	return optionFunc(func(c *config) {
+		if timer != nil {
+			c.timer = timer
+		}
+	})
 }
 
 // withClock replaces the clock, for deterministic tests.

@@ -21,7 +21,7 @@ const maxBody = 1 << 20
 
 // request is what the emulator needs to know about one incoming request.
 type request struct {
-	arrival   time.Time // when the request reached the handler
+	sent      time.Time // when the client sent it: when it reached the handler, before the way to Discord
 	method    string
 	segs      []string // escaped path segments without the /api or /api/vN prefix
 	major     string   // major parameter with tokens, "" when none
@@ -36,16 +36,16 @@ type request struct {
 	wait      bool     // ?wait=true on a webhook execution
 }
 
-// readRequest extracts what the emulator needs from r. It reads at most
-// maxBody bytes of the body.
-func readRequest(r *http.Request, arrival time.Time) *request {
+// readRequest extracts what the emulator needs from r, sent by the client at
+// sent. It reads at most maxBody bytes of the body.
+func readRequest(r *http.Request, sent time.Time) *request {
 	q := &request{
-		arrival: arrival,
-		method:  r.Method,
-		segs:    splitPath(r.URL.EscapedPath()),
-		auth:    r.Header.Get("Authorization"),
-		ip:      clientIP(r.RemoteAddr),
-		wait:    r.URL.Query().Get("wait") == "true",
+		sent:   sent,
+		method: r.Method,
+		segs:   splitPath(r.URL.EscapedPath()),
+		auth:   r.Header.Get("Authorization"),
+		ip:     clientIP(r.RemoteAddr),
+		wait:   r.URL.Query().Get("wait") == "true",
 	}
 	q.major, q.majorSafe, q.resource = majorParameter(q.segs)
 	q.exempt = exemptFromGlobal(q.method, q.segs)

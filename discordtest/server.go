@@ -57,6 +57,7 @@ type Server struct {
 	cfg       config
 	shared    []sharedLimit
 	now       func() time.Time
+	delays    *delays
 	credKey   []byte // HMAC key for credential IDs
 	url       string
 	http      *http.Server
@@ -146,6 +147,10 @@ func newServer(opts []Option) (*Server, error) {
 	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key) // never fails
+	seed := cfg.seed
+	if !cfg.seeded {
+		seed = mathrand.Uint64()
+	}
 	s := &Server{
 		buckets:         bm,
 		routes:          rs,
@@ -164,6 +169,7 @@ func newServer(opts []Option) (*Server, error) {
 		done:            make(chan struct{}),
 		serveDone:       make(chan struct{}),
 	}
+	s.delays = newDelays(cfg.network, seed, s.scale)
 	s.lastSweep = s.now()
 	s.stats.reset()
 	return s, nil
@@ -260,30 +266,21 @@ func (s *Server) credentialID(q *request) string {
 }
 
 // ServeHTTP answers one request as Discord would. The request path reads top
-// to bottom: draw the latency, travel there, key the request, decide under
-// the lock, travel back, write the response.
+// to bottom: draw the network's delays, travel there, key the request and
+// decide under the lock at the moment it arrives, travel back, write the
+// response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	arrival := s.now()
-	there, back := s.drawLatency()
-	if !s.sleep(r.Context(), there) {
+	sent := s.now()
+	up, down := s.delays.draw()
+	if !s.sleep(r.Context(), up) {
 		return
 	}
-	q := readRequest(r, arrival)
-	res := s.decide(q, back)
-	if !s.sleep(r.Context(), back) {
+	q := readRequest(r, sent)
+	res := s.decide(q, down)
+	if !s.sleep(r.Context(), down) {
 		return
 	}
 	s.respond(w, q, res)
-}
-
-// drawLatency draws the latency of one request and splits it in two halves.
-func (s *Server) drawLatency() (there, back time.Duration) {
-	total := s.cfg.latency
-	if s.cfg.jitter > 0 {
-		total += time.Duration(mathrand.Int64N(int64(s.cfg.jitter) + 1))
-	}
-	total = s.scale(total)
-	return total / 2, total - total/2
 }
 
 // sleep waits for d. It returns false when the client went away, and stops
@@ -292,10 +289,10 @@ func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
+	c, stop := s.cfg.timer(d)
+	defer stop()
 	select {
-	case <-t.C:
+	case <-c:
 		return true
 	case <-s.done:
 		return true

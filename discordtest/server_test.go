@@ -565,8 +565,11 @@ func TestFirstRequestRaceIsUnavoidable(t *testing.T) {
 	t.Parallel()
 	// With latency, the first response reaches the client only after the
 	// latency's second half: a request sent before that could not know.
-	h := newHarness(t, WithLatency(20*time.Millisecond, 0),
-		WithBuckets(Bucket{Hash: hashMemberModify, Limit: 1, Window: 10 * time.Second, Fixed: true}))
+	// The clock is fake and stands still; the latency's timers are real.
+	clk := &fakeClock{t: startTime()}
+	h := startHarness(t, []Option{withClock(clk.Now), WithLatency(20*time.Millisecond, 0),
+		WithBuckets(Bucket{Hash: hashMemberModify, Limit: 1, Window: 10 * time.Second, Fixed: true})})
+	h.clock = clk
 	const path = "/api/v10/guilds/1/members/2"
 	h.do("PATCH", path, botA, `{}`).want(t, 200)
 	h.do("PATCH", path, botA, `{}`).want(t, 429) // sent at the same instant of the emulator's clock
@@ -685,15 +688,16 @@ func TestJitterRange(t *testing.T) {
 	}
 	seen := make(map[time.Duration]bool)
 	for range 200 {
-		there, back := s.drawLatency()
-		total := there + back
-		if total < 10*time.Millisecond || total > 30*time.Millisecond || there > back || back-there > 1 {
-			t.Fatalf("drawLatency = %v, %v; want halves of a total in [10ms, 30ms]", there, back)
+		up, down := s.delays.draw()
+		for _, d := range []time.Duration{up, down} {
+			if d < 5*time.Millisecond || d > 15*time.Millisecond {
+				t.Fatalf("delays.draw() = %v, %v; want each leg in [5ms, 15ms]", up, down)
+			}
 		}
-		seen[total] = true
+		seen[up] = true
 	}
 	if len(seen) < 10 {
-		t.Errorf("only %d distinct latencies in 200 draws; want jitter", len(seen))
+		t.Errorf("only %d distinct delays in 200 draws; want jitter", len(seen))
 	}
 }
 

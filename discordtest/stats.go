@@ -16,9 +16,10 @@ import (
 //     credential under the global limit;
 //   - a 429 with scope user from a bucket is avoidable when a response of
 //     the same route carrying that bucket's headers had reached the same
-//     credential (for any major parameter) by the time the request arrived,
-//     and no live change of the bucket's limit has happened since. The
-//     response reaches the client when its injected latency has passed. A
+//     credential (for any major parameter) by the time the client sent the
+//     request, and no live change of the bucket's limit has happened since.
+//     A response reaches the client when the way down of the [Network] has
+//     passed. A
 //     request sent before any such response arrived, for example one of
 //     several first requests racing for a new bucket, or the first request
 //     of a route that shares a busy bucket with routes the client knows, is
@@ -70,7 +71,8 @@ type BucketKey struct {
 // interaction tokens in paths read REDACTED and credentials are identified by
 // [Server.CredentialID].
 type LogEntry struct {
-	// Time is when the emulator decided, on its own clock (without skew).
+	// Time is when the emulator decided, on its own clock (without skew):
+	// the moment the request arrived, after the way up of the [Network].
 	Time time.Time
 	// Method is the HTTP method.
 	Method string

@@ -14,6 +14,7 @@ import (
 	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -136,23 +137,35 @@ type Scenario struct {
 	// Control, if set, runs beside the load in the process that owns the
 	// emulator (live changes).
 	Control func(ctx context.Context, srv *discordtest.Server, d time.Duration)
-	// Max is the most successful requests the emulator's limits allow in d.
-	Max func(d time.Duration) float64
+	// Max is the most successful requests the emulator's limits allow
+	// between first, when the first counted success arrived at the
+	// emulator, and end, the end of the run, both measured from the start
+	// of the run. Measuring from the first arrival rather than the start
+	// keeps the network's first way up and the limiter's first round trip
+	// out of the figure: a window at Discord opens when a request arrives.
+	Max func(first, end time.Duration) float64
 	// Counted selects the successes compared with Max (nil: all).
 	Counted func(e discordtest.LogEntry) bool
 	// Late, if set, returns for the counted successes how late each one that
 	// waited for a slot arrived after the slot opened.
 	Late func(log []discordtest.LogEntry) []time.Duration
-	// Deadline marks the scenario whose requests carry short deadlines.
-	Deadline bool
+	// Deadline, if positive, is the deadline every request of the
+	// scenario carries; the table reports how late they returned.
+	Deadline time.Duration
 }
 
-// Result is one row of the table.
+// Result is what one run of a scenario with a limiter measured.
 type Result struct {
-	Scenario     string  `json:"scenario"`
-	Limiter      string  `json:"limiter"`
-	Procs        int     `json:"procs"`
+	Scenario string `json:"scenario"`
+	Limiter  string `json:"limiter"`
+	// Run numbers the runs of one scenario and limiter from 1.
+	Run     int    `json:"run,omitempty"`
+	Latency string `json:"latency,omitempty"`
+	Procs   int    `json:"procs"`
+	// Seconds is the span measured: from the first counted success's
+	// arrival (Warmup seconds into the run) to the end of the run.
 	Seconds      float64 `json:"seconds"`
+	Warmup       float64 `json:"warmup_seconds"`
 	Requests     int     `json:"requests"`
 	Successes    int     `json:"successes"`
 	PerSecond    float64 `json:"ok_per_second"`
@@ -179,12 +192,23 @@ type Result struct {
 	// are zero for limiters without one.
 	StoreCommands   int64   `json:"redis_commands,omitempty"`
 	StorePerRequest float64 `json:"redis_commands_per_request,omitempty"`
+	// DeadlineMS is the deadline of the scenario's requests, if any.
+	DeadlineMS float64 `json:"deadline_ms,omitempty"`
+
+	late, over []time.Duration // the samples behind the percentiles
 }
 
 // Options of a run.
 type Options struct {
 	Duration time.Duration
 	Procs    int
+	// Network is the latency between clients and the emulator, named
+	// Latency in the results; the zero Network has none.
+	Network discordtest.Network
+	Latency string
+	// Repeat is how many times each scenario runs with each limiter; zero
+	// or less runs once.
+	Repeat int
 	// Spawn starts a worker process for part of the load of the scenario
 	// run with id run and returns its report; nil runs everything in this
 	// process.
@@ -193,25 +217,30 @@ type Options struct {
 	Progress io.Writer
 }
 
-// Run measures every limiter on every scenario.
+// Run measures every limiter on every scenario, o.Repeat times each, and
+// returns a result per run; [Aggregate] makes rows of them.
 func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Options) ([]Result, error) {
 	var out []Result
+	repeat := max(o.Repeat, 1)
 	for _, sc := range scenarios {
 		for _, lim := range limiters {
-			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "bench: %-14s %-10s %d proc(s), %v ...", sc.Name, lim.Name, max(o.Procs, 1), o.Duration)
-			}
-			start := time.Now()
-			r, err := runOne(ctx, sc, lim, o)
-			if err != nil {
-				return out, fmt.Errorf("%s/%s: %w", sc.Name, lim.Name, err)
-			}
-			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, time.Since(start).Seconds())
-			}
-			out = append(out, r)
-			if ctx.Err() != nil {
-				return out, ctx.Err()
+			for i := 1; i <= repeat; i++ {
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %d proc(s), %v ...", sc.Name, lim.Name, i, repeat, max(o.Procs, 1), o.Duration)
+				}
+				start := time.Now()
+				r, err := runOne(ctx, sc, lim, o)
+				if err != nil {
+					return out, fmt.Errorf("%s/%s run %d: %w", sc.Name, lim.Name, i, err)
+				}
+				r.Run = i
+				if o.Progress != nil {
+					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, time.Since(start).Seconds())
+				}
+				out = append(out, r)
+				if ctx.Err() != nil {
+					return out, ctx.Err()
+				}
 			}
 		}
 	}
@@ -220,6 +249,7 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 
 func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, error) {
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
+	opts = append(opts, discordtest.WithNetwork(o.Network))
 	srv, err := discordtest.Start(opts...)
 	if err != nil {
 		return Result{}, err
@@ -264,7 +294,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		return Result{}, spawnErr
 	}
 	st := srv.Stats()
-	return summarize(sc, lim.Name, procs, start, o.Duration, st, rec), nil
+	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
+	r.Latency = o.Latency
+	return r, nil
 }
 
 // runContext returns a context canceled after d. It has no deadline: the
@@ -339,9 +371,10 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 }
 
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
-	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs, Seconds: d.Seconds(), Requests: st.Requests,
-		Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"], Global: st.ByScope["global"],
-		Shared: st.ByScope["shared"], Unauthorized: st.ByStatus[401], Bans: st.Bans, Banned: st.BannedResponses}
+	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
+		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
+		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Unauthorized: st.ByStatus[401], Bans: st.Bans,
+		Banned: st.BannedResponses}
 	end := start.Add(d)
 	var counted []discordtest.LogEntry
 	for _, e := range st.Log {
@@ -352,24 +385,35 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 			counted = append(counted, e)
 		}
 	}
+	// Measure from the first counted arrival: before it, the network and
+	// the limiter's first round trip leave nothing to use.
+	var first time.Duration
+	for i, e := range counted {
+		if off := max(e.Time.Sub(start), 0); i == 0 || off < first {
+			first = off
+		}
+	}
+	measured := d - first
+	r.Seconds, r.Warmup = measured.Seconds(), first.Seconds()
 	r.Successes = len(counted)
-	r.PerSecond = float64(r.Successes) / d.Seconds()
+	r.PerSecond = float64(r.Successes) / measured.Seconds()
 	if sc.Max != nil {
-		m := sc.Max(d)
-		r.MaxPerSecond = m / d.Seconds()
+		m := sc.Max(first, d)
+		r.MaxPerSecond = m / measured.Seconds()
 		if m > 0 {
 			r.Utilization = float64(r.Successes) / m
 		}
 	}
 	if sc.Late != nil {
-		late := sc.Late(counted)
-		r.LateN = len(late)
-		r.LateP50, r.LateP99 = percentileMS(late, 0.50), percentileMS(late, 0.99)
+		r.late = sc.Late(counted)
+		r.LateN = len(r.late)
+		r.LateP50, r.LateP99 = percentileMS(r.late, 0.50), percentileMS(r.late, 0.99)
 	}
-	if sc.Deadline {
-		over := rec.all()
-		r.OverN = len(over)
-		r.OverP50, r.OverP99, r.OverMax = percentileMS(over, 0.50), percentileMS(over, 0.99), percentileMS(over, 1)
+	if sc.Deadline > 0 {
+		r.DeadlineMS = float64(sc.Deadline) / float64(time.Millisecond)
+		r.over = rec.all()
+		r.OverN = len(r.over)
+		r.OverP50, r.OverP99, r.OverMax = percentileMS(r.over, 0.50), percentileMS(r.over, 0.99), percentileMS(r.over, 1)
 	}
 	r.Errors = rec.errors
 	if rec.counted {
@@ -422,27 +466,152 @@ func percentileMS(ds []time.Duration, p float64) float64 {
 	return float64(s[i]) / float64(time.Millisecond)
 }
 
-// PrintTable writes the results as an aligned text table. A column of
-// Redis commands per request follows when a row has a shared store.
-func PrintTable(w io.Writer, rs []Result) {
-	store := false
+// Row is one line of the table: a scenario and limiter over one or more
+// runs. Its Result holds the figures of all runs together: counts summed,
+// rates and utilization averaged, lateness and deadline percentiles over
+// the samples of every run.
+type Row struct {
+	Result
+	// Runs is the number of runs; AvoidableRuns how many of them had an
+	// avoidable 429, FailedRuns how many miss a goal of [Check].
+	Runs          int `json:"runs"`
+	AvoidableRuns int `json:"runs_with_avoidable_429"`
+	FailedRuns    int `json:"runs_failing_check"`
+	// MinUtilization is the lowest utilization of a run.
+	MinUtilization float64 `json:"min_utilization"`
+	// PerRun holds each run's figures.
+	PerRun []Result `json:"per_run"`
+}
+
+// Aggregate makes a row of the runs of each scenario and limiter, in the
+// order they first appear in rs.
+func Aggregate(rs []Result) []Row {
+	var rows []Row
+	index := map[[2]string]int{}
 	for _, r := range rs {
+		k := [2]string{r.Scenario, r.Limiter}
+		i, ok := index[k]
+		if !ok {
+			i = len(rows)
+			index[k] = i
+			rows = append(rows, Row{})
+		}
+		rows[i].PerRun = append(rows[i].PerRun, r)
+	}
+	for i := range rows {
+		rows[i].aggregate()
+	}
+	return rows
+}
+
+// aggregate computes the row's figures from PerRun.
+func (w *Row) aggregate() {
+	runs := w.PerRun
+	n := float64(len(runs))
+	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
+		DeadlineMS: runs[0].DeadlineMS}
+	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
+	for _, r := range runs {
+		a.Seconds += r.Seconds
+		a.Warmup += r.Warmup / n
+		a.Requests += r.Requests
+		a.Successes += r.Successes
+		a.PerSecond += r.PerSecond / n
+		a.MaxPerSecond += r.MaxPerSecond / n
+		a.Utilization += r.Utilization / n
+		a.Avoidable += r.Avoidable
+		a.Unavoidable += r.Unavoidable
+		a.User += r.User
+		a.Global += r.Global
+		a.Shared += r.Shared
+		a.Unauthorized += r.Unauthorized
+		a.Bans += r.Bans
+		a.Banned += r.Banned
+		a.Errors += r.Errors
+		a.StoreCommands += r.StoreCommands
+		a.late = append(a.late, r.late...)
+		a.over = append(a.over, r.over...)
+		a.LateN += r.LateN
+		a.OverN += r.OverN
+		w.MinUtilization = min(w.MinUtilization, r.Utilization)
+		if r.Avoidable > 0 {
+			w.AvoidableRuns++
+		}
+		if checkRun(r) != nil {
+			w.FailedRuns++
+		}
+	}
+	if a.Requests > 0 && a.StoreCommands > 0 {
+		a.StorePerRequest = float64(a.StoreCommands) / float64(a.Requests)
+	}
+	a.LateP50, a.LateP99 = pooled(runs, a.late, func(r Result) float64 { return r.LateP50 }, 0.50), pooled(runs, a.late, func(r Result) float64 { return r.LateP99 }, 0.99)
+	a.OverP50, a.OverP99 = pooled(runs, a.over, func(r Result) float64 { return r.OverP50 }, 0.50), pooled(runs, a.over, func(r Result) float64 { return r.OverP99 }, 0.99)
+	a.OverMax = pooled(runs, a.over, func(r Result) float64 { return r.OverMax }, 1)
+	if len(runs) == 1 {
+		a.Run = runs[0].Run
+	}
+	w.Result = a
+}
+
+// pooled returns the p-th percentile of the samples of every run, or, for
+// results that carry no samples (read back from JSON), the largest of the
+// runs' own figures.
+func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p float64) float64 {
+	if len(samples) > 0 {
+		return percentileMS(samples, p)
+	}
+	v := math.NaN()
+	for _, r := range runs {
+		if f := fig(r); !math.IsNaN(f) && (math.IsNaN(v) || f > v) {
+			v = f
+		}
+	}
+	return v
+}
+
+// PrintTable writes the rows as an aligned text table. With several runs
+// per row, the avoidable 429 column adds how many runs had any, and a
+// column of the lowest utilization of a run follows; a column of Redis
+// commands per request follows when a row has a shared store.
+func PrintTable(w io.Writer, rows []Row) {
+	store, repeated := false, false
+	for _, r := range rows {
 		store = store || r.StoreCommands > 0
+		repeated = repeated || r.Runs > 1
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "scenario\tlimiter\tprocs\tok/s\tmax/s\tutil\tavoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t"
+	head := "scenario\tlimiter\tprocs\t"
+	if repeated {
+		head += "runs\t"
+	}
+	head += "ok/s\tmax/s\tutil\t"
+	if repeated {
+		head += "min util\t"
+	}
+	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t"
 	if store {
 		head += "redis cmd/req\t"
 	}
 	fmt.Fprintln(tw, head)
-	for _, r := range rs {
+	for _, r := range rows {
 		dl := "-"
 		if r.OverN > 0 {
 			dl = fmt.Sprintf("%.1f/%.1f", r.OverP99, r.OverMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.3f\t%d\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t",
-			r.Scenario, r.Limiter, r.Procs, r.PerSecond, r.MaxPerSecond, r.Utilization, r.Avoidable, r.Unavoidable,
-			r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t", r.Scenario, r.Limiter, r.Procs)
+		if repeated {
+			fmt.Fprintf(tw, "%d\t", r.Runs)
+		}
+		fmt.Fprintf(tw, "%.1f\t%.1f\t%.3f\t", r.PerSecond, r.MaxPerSecond, r.Utilization)
+		if repeated {
+			fmt.Fprintf(tw, "%.3f\t", r.MinUtilization)
+		}
+		avoidable := strconv.Itoa(r.Avoidable)
+		if repeated {
+			avoidable = fmt.Sprintf("%d (%d/%d runs)", r.Avoidable, r.AvoidableRuns, r.Runs)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t",
+			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl)
 		if store {
 			per := "-"
 			if r.StoreCommands > 0 {

@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,11 +88,11 @@ func TestCheck(t *testing.T) {
 // TestScenarioRuns runs one short scenario end to end: the emulator, the
 // load, the summary. It asserts only what must hold on any machine.
 func TestScenarioRuns(t *testing.T) {
-	sc, err := pick(Scenarios(), "shared-hash")
+	sc, err := pick(Scenarios(discordtest.LANNetwork()), "shared-hash")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := Run(context.Background(), sc, []Limiter{Ratecord()}, Options{Duration: 1200 * time.Millisecond})
+	rs, err := Run(context.Background(), sc, []Limiter{Ratecord()}, Options{Duration: 1200 * time.Millisecond, Network: discordtest.LANNetwork()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,5 +102,123 @@ func TestScenarioRuns(t *testing.T) {
 	}
 	if r.Avoidable != 0 || r.Bans != 0 {
 		t.Errorf("ratecord got %d avoidable 429s and %d bans; want none", r.Avoidable, r.Bans)
+	}
+}
+
+// fakeRuns returns n good runs of ratecord on scenario "saturate" with the
+// given runs (numbered from 1) replaced.
+func fakeRuns(n int, bad map[int]Result) []Result {
+	var rs []Result
+	for i := 1; i <= n; i++ {
+		r, ok := bad[i]
+		if !ok {
+			r = Result{Successes: 100, PerSecond: 40, MaxPerSecond: 40, Utilization: 1, LateP50: math.NaN(), LateP99: math.NaN(),
+				OverP50: math.NaN(), OverP99: math.NaN(), OverMax: math.NaN(), late: []time.Duration{time.Duration(i) * time.Millisecond}}
+		}
+		r.Scenario, r.Limiter, r.Run, r.Procs = "saturate", "ratecord", i, 1
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func TestRepeatAggregation(t *testing.T) {
+	t.Parallel()
+	rs := fakeRuns(20, map[int]Result{7: {Successes: 90, PerSecond: 36, MaxPerSecond: 40, Utilization: 0.9, Avoidable: 2, User: 2,
+		LateP50: math.NaN(), LateP99: math.NaN(), OverP50: math.NaN(), OverP99: math.NaN(), OverMax: math.NaN()}})
+	rs = append(rs, Result{Scenario: "saturate", Limiter: "none", Run: 1, Avoidable: 400})
+	rows := Aggregate(rs)
+	if len(rows) != 2 {
+		t.Fatalf("Aggregate made %d rows; want 2 (ratecord, none)", len(rows))
+	}
+	r := rows[0]
+	if r.Runs != 20 || r.AvoidableRuns != 1 || r.FailedRuns != 1 || r.Avoidable != 2 || r.User != 2 || r.Successes != 19*100+90 {
+		t.Errorf("row = runs %d, avoidable runs %d, failed runs %d, avoidable %d, user %d, successes %d; want 20, 1, 1, 2, 2, 1990",
+			r.Runs, r.AvoidableRuns, r.FailedRuns, r.Avoidable, r.User, r.Successes)
+	}
+	if want := (19*1 + 0.9) / 20; math.Abs(r.Utilization-want) > 1e-9 || r.MinUtilization != 0.9 {
+		t.Errorf("utilization %v, min %v; want the mean %v and 0.9", r.Utilization, r.MinUtilization, want)
+	}
+	// Lateness pools the samples of every run: 1..6, 8..20 ms.
+	if r.LateP50 != 11 || r.LateP99 != 20 {
+		t.Errorf("late p50 %v p99 %v; want 11, 20 over the pooled samples", r.LateP50, r.LateP99)
+	}
+
+	var table bytes.Buffer
+	PrintTable(&table, rows)
+	if !strings.Contains(table.String(), "2 (1/20 runs)") || !strings.Contains(table.String(), "min util") {
+		t.Errorf("table does not show the one run of twenty with avoidable 429s:\n%s", table.String())
+	}
+
+	var out bytes.Buffer
+	if err := json.NewEncoder(&out).Encode(sanitize(rows)); err != nil {
+		t.Fatalf("encoding rows: %v", err)
+	}
+	var back []struct {
+		Runs   int `json:"runs"`
+		PerRun []struct {
+			Run       int `json:"run"`
+			Avoidable int `json:"avoidable_429"`
+		} `json:"per_run"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
+		t.Fatalf("decoding %s: %v", out.Bytes(), err)
+	}
+	if len(back[0].PerRun) != 20 || back[0].PerRun[6].Run != 7 || back[0].PerRun[6].Avoidable != 2 {
+		t.Errorf("JSON per-run figures = %+v; want 20 runs, run 7 with 2 avoidable 429s", back[0].PerRun)
+	}
+}
+
+func TestCheckFailsOnOneBadRun(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []Result{
+		{Avoidable: 1},
+		{Bans: 1},
+		{OverN: 1, OverMax: 7},
+	} {
+		rs := fakeRuns(20, map[int]Result{13: bad})
+		err := Check(rs)
+		if err == nil || !strings.Contains(err.Error(), "run 13") {
+			t.Errorf("Check(20 runs, run 13 = %+v) = %v; want an error naming run 13", bad, err)
+		}
+	}
+	if err := Check(fakeRuns(20, nil)); err != nil {
+		t.Errorf("Check(20 good runs) = %v; want nil", err)
+	}
+}
+
+func TestMeasuredFromFirstArrival(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(1000, 0)
+	ms := time.Millisecond
+	// A limit of 2 per 500 ms, a run of 1 s; the first success arrived
+	// 100 ms in (the network's way up), so the span measured is 900 ms:
+	// two windows, at most 4 successes.
+	sc := Scenario{Name: "x", Max: span(func(d time.Duration) float64 { return 2 * windows(d, 500*ms) })}
+	var log []discordtest.LogEntry
+	for _, off := range []time.Duration{90 * ms, 100 * ms, 101 * ms, 610 * ms, 611 * ms, 1100 * ms} {
+		st := 200
+		if off == 90*ms {
+			st = 429
+		}
+		log = append(log, discordtest.LogEntry{Time: start.Add(off), Status: st})
+	}
+	r := summarize(sc, "ratecord", 1, start, time.Second, discordtest.Stats{Log: log}, &recorder{})
+	if r.Warmup != 0.1 || r.Successes != 4 || r.Utilization != 1 || math.Abs(r.MaxPerSecond-4/0.9) > 1e-9 {
+		t.Errorf("summarize = warmup %v, successes %d, utilization %v, max/s %v; want 0.1, 4, 1, %v",
+			r.Warmup, r.Successes, r.Utilization, r.MaxPerSecond, 4/0.9)
+	}
+}
+
+func TestDeadlineScalesWithTheNetwork(t *testing.T) {
+	t.Parallel()
+	for _, name := range discordtest.NetworkProfiles() {
+		n, _ := discordtest.NetworkProfile(name)
+		sc, err := pick(Scenarios(n), "deadline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 50*time.Millisecond + n.MaxRoundTrip(); sc[0].Deadline != want {
+			t.Errorf("deadline on %s = %v; want %v", name, sc[0].Deadline, want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/discordtest"
 )
 
 // Ratecord is the contender: a ratecord Transport over the base transport,
@@ -30,8 +31,13 @@ func Ratecord() Limiter {
 
 // Main is the "bench" command: it parses args, runs the suite with the
 // given limiters and prints the table (or JSON). With -check it fails when
-// a ratecord row shows an avoidable 429, a ban, or a request that returned
-// more than 5 ms after its deadline.
+// a run of a ratecord row shows an avoidable 429, a ban, or a request that
+// returned more than 5 ms after its deadline.
+//
+// -latency picks the emulator's network profile ([discordtest.NetworkProfile]),
+// -repeat runs every scenario and limiter several times: each row then
+// gives the figures of all its runs and how many runs had an avoidable 429,
+// and the JSON output holds every run's figures.
 //
 // With -redis (or -redis-cluster), ratecord runs twice: as ratecord-redis,
 // whose processes share a redisstore.Store with a key prefix unique to the
@@ -46,7 +52,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
 		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
-		check     = fs.Bool("check", false, "exit non-zero on an avoidable 429, a ban or a late deadline for ratecord")
+		check     = fs.Bool("check", false, "exit non-zero when any run of ratecord has an avoidable 429, a ban or a late deadline")
+		latency   = fs.String("latency", discordtest.ProfileLAN, "network between the clients and the emulator: "+strings.Join(discordtest.NetworkProfiles(), ", ")+" (see README)")
+		repeat    = fs.Int("repeat", 1, "run every scenario with every limiter `N` times; rows aggregate the runs")
 		worker    = fs.Bool("worker", false, "internal: run as a worker process")
 		url       = fs.String("url", "", "internal: emulator URL for a worker")
 		part      = fs.Int("part", 0, "internal: this worker's part")
@@ -57,11 +65,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios: %s\n\nFlags:\n", strings.Join(names(Scenarios()), ", "))
+		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios: %s\n\nFlags:\n", strings.Join(names(Scenarios(discordtest.Network{})), ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	network, ok := discordtest.NetworkProfile(*latency)
+	if !ok {
+		return fmt.Errorf("unknown -latency %q (have %s)", *latency, strings.Join(discordtest.NetworkProfiles(), ", "))
+	}
+	if *repeat < 1 {
+		return fmt.Errorf("-repeat %d: want at least 1", *repeat)
 	}
 	all := []Limiter{Ratecord(), NoLimiter()}
 	var redisArgs []string
@@ -80,7 +95,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		all = []Limiter{RatecordRedis(rc), RatecordMemory(), NoLimiter()}
 	}
 	all = append(all, limiters...)
-	scs, err := pick(Scenarios(), *scenario)
+	scs, err := pick(Scenarios(network), *scenario)
 	if err != nil {
 		return err
 	}
@@ -102,7 +117,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			lims = append(lims, l)
 		}
 	}
-	opts := Options{Duration: *duration, Procs: *procs, Progress: stderr}
+	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr}
 	if *procs > 1 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -113,7 +128,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		prefix := benchPrefix(args)
 		opts.Spawn = func(ctx context.Context, run, sc, lim, url string, part, parts int, d time.Duration) (WorkerReport, error) {
 			cmdArgs := append(append([]string{}, prefix...), "-worker", "-run", run, "-scenario", sc, "-limiter", lim, "-url", url,
-				"-part", strconv.Itoa(part), "-parts", strconv.Itoa(parts), "-duration", d.String())
+				"-part", strconv.Itoa(part), "-parts", strconv.Itoa(parts), "-duration", d.String(), "-latency", *latency)
 			cmdArgs = append(cmdArgs, redisArgs...)
 			cmd := exec.CommandContext(ctx, exe, cmdArgs...)
 			var out bytes.Buffer
@@ -133,15 +148,23 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	if err != nil {
 		return err
 	}
+	rows := Aggregate(rs)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(sanitize(rs)); err != nil {
+		if err := enc.Encode(sanitize(rows)); err != nil {
 			return err
 		}
 	} else {
-		PrintTable(stdout, rs)
-		fmt.Fprintf(stdout, "\n%d runs in %.1fs; utilization = successful requests / the most the emulator's limits allow in the same time.\n", len(rs), time.Since(start).Seconds())
+		PrintTable(stdout, rows)
+		fmt.Fprintf(stdout, "\n%d runs in %.1fs, latency %s (%s); utilization = successful requests / the most the emulator's limits allow,\nboth from the first counted success's arrival to the end of the run.",
+			len(rs), time.Since(start).Seconds(), *latency, describe(network))
+		for _, sc := range scs {
+			if sc.Deadline > 0 {
+				fmt.Fprintf(stdout, " %s: every request carries a %v deadline (50 ms + the longest round trip).", sc.Name, sc.Deadline)
+			}
+		}
+		fmt.Fprintln(stdout)
 	}
 	if *check {
 		return Check(rs)
@@ -149,28 +172,50 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	return nil
 }
 
-// Check reports the goals the ratecord and ratecord-redis rows miss: an
-// avoidable 429, a ban, or a deadline request that returned more than 5 ms
-// late. ratecord-mem rows are not checked: with several processes their
-// memory stores overshoot by design.
+// describe says what a network profile is, for the table's footer.
+func describe(n discordtest.Network) string {
+	leg := func(l discordtest.Leg) string {
+		s := fmt.Sprintf("%v + up to %v", l.Base, l.Jitter)
+		if l.StallEvery > 0 && l.Stall > 0 {
+			s += fmt.Sprintf(", 1 in %d stalls %v", l.StallEvery, l.Stall)
+		}
+		return s
+	}
+	return "up " + leg(n.Up) + "; down " + leg(n.Down)
+}
+
+// Check reports the goals the runs of the ratecord and ratecord-redis rows
+// miss: an avoidable 429, a ban, or a deadline request that returned more
+// than 5 ms late, in any run. ratecord-mem rows are not checked: with
+// several processes their memory stores overshoot by design.
 func Check(rs []Result) error {
 	var errs []error
 	for _, r := range rs {
-		if r.Limiter != "ratecord" && r.Limiter != NameRedis {
-			continue
+		if err := checkRun(r); err != nil {
+			errs = append(errs, fmt.Errorf("%s/%s run %d: %w", r.Scenario, r.Limiter, r.Run, err))
 		}
-		if r.Avoidable > 0 {
-			errs = append(errs, fmt.Errorf("%s: %d avoidable 429s", r.Scenario, r.Avoidable))
-		}
-		if r.Bans > 0 || r.Banned > 0 {
-			errs = append(errs, fmt.Errorf("%s: banned", r.Scenario))
-		}
-		if r.OverN > 0 && r.OverMax > 5 {
-			errs = append(errs, fmt.Errorf("%s: a request returned %.1f ms after its deadline", r.Scenario, r.OverMax))
-		}
-		if r.Scenario == "deadline" && r.User+r.Global > 0 {
-			errs = append(errs, fmt.Errorf("%s: %d 429s", r.Scenario, r.User+r.Global))
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkRun reports the goals one run misses; only ratecord and
+// ratecord-redis runs have goals.
+func checkRun(r Result) error {
+	if r.Limiter != "ratecord" && r.Limiter != NameRedis {
+		return nil
+	}
+	var errs []error
+	if r.Avoidable > 0 {
+		errs = append(errs, fmt.Errorf("%d avoidable 429s", r.Avoidable))
+	}
+	if r.Bans > 0 || r.Banned > 0 {
+		errs = append(errs, errors.New("banned"))
+	}
+	if r.OverN > 0 && r.OverMax > 5 {
+		errs = append(errs, fmt.Errorf("a request returned %.1f ms after its deadline", r.OverMax))
+	}
+	if r.Scenario == "deadline" && r.User+r.Global > 0 {
+		errs = append(errs, fmt.Errorf("%d 429s", r.User+r.Global))
 	}
 	return errors.Join(errs...)
 }
@@ -184,13 +229,22 @@ func benchPrefix(args []string) []string {
 	return nil
 }
 
-func sanitize(rs []Result) []Result {
-	out := append([]Result(nil), rs...)
-	for i := range out {
-		for _, f := range []*float64{&out[i].LateP50, &out[i].LateP99, &out[i].OverP50, &out[i].OverP99, &out[i].OverMax} {
+// sanitize replaces NaN (no samples) by 0, which JSON can hold, in the
+// rows and their runs.
+func sanitize(rows []Row) []Row {
+	out := append([]Row(nil), rows...)
+	clean := func(r *Result) {
+		for _, f := range []*float64{&r.LateP50, &r.LateP99, &r.OverP50, &r.OverP99, &r.OverMax} {
 			if math.IsNaN(*f) {
 				*f = 0
 			}
+		}
+	}
+	for i := range out {
+		clean(&out[i].Result)
+		out[i].PerRun = append([]Result(nil), out[i].PerRun...)
+		for j := range out[i].PerRun {
+			clean(&out[i].PerRun[j])
 		}
 	}
 	return out

@@ -18,20 +18,26 @@ const (
 )
 
 // Emulator limits shared by the scenarios. Windows are short so that a run
-// of a few seconds spans many of them.
+// of a few seconds spans many of them. The network between the clients and
+// the emulator is the run's (see [Options].Network).
 const (
 	globalPerSecond = 50
-	latency         = time.Millisecond
-	jitter          = time.Millisecond
 	invalidLimit    = 500 // per invalidWindow, then a ban
 	invalidWindow   = time.Minute
+	// deadlineSlack is how long a request of the deadline scenario may
+	// take beyond the network's longest round trip.
+	deadlineSlack = 50 * time.Millisecond
 )
+
+// DeadlineFor is the deadline of the requests of the deadline scenario on
+// network n: 50 ms plus n's longest round trip without a stall, so that a
+// request sent as its slot opens can come back in time on any network.
+func DeadlineFor(n discordtest.Network) time.Duration { return deadlineSlack + n.MaxRoundTrip() }
 
 func base(extra ...discordtest.Option) []discordtest.Option {
 	return append([]discordtest.Option{
 		discordtest.WithoutDefaultTable(),
 		discordtest.WithGlobalLimit(globalPerSecond),
-		discordtest.WithLatency(latency, jitter),
 		discordtest.WithTokens(Bot),
 		discordtest.WithInvalidRequestLimit(invalidLimit, invalidWindow),
 		discordtest.WithBanDuration(time.Minute),
@@ -84,8 +90,16 @@ func onBucket(hash string) func(discordtest.LogEntry) bool {
 	return func(e discordtest.LogEntry) bool { return e.Bucket == hash }
 }
 
-// Scenarios returns the default suite.
-func Scenarios() []Scenario {
+// span adapts the most a limit allows in a duration to [Scenario].Max:
+// from the first counted arrival to the end of the run.
+func span(f func(d time.Duration) float64) func(first, end time.Duration) float64 {
+	return func(first, end time.Duration) float64 { return f(end - first) }
+}
+
+// Scenarios returns the default suite for clients on network n: only the
+// deadline scenario depends on it (see [DeadlineFor]).
+func Scenarios(n discordtest.Network) []Scenario {
+	deadline := DeadlineFor(n)
 	const (
 		satLimit, satWindow = 20, 500 * time.Millisecond
 		fanChannels         = 200
@@ -99,7 +113,7 @@ func Scenarios() []Scenario {
 					send(ctx, env, "POST", "/channels/100/messages", Bot, `{"content":"hi"}`)
 				})
 			},
-			Max:     func(d time.Duration) float64 { return satLimit * windows(d, satWindow) },
+			Max:     span(func(d time.Duration) float64 { return satLimit * windows(d, satWindow) }),
 			Counted: onBucket("sat"),
 			Late:    fixedLate(satLimit, satWindow),
 		},
@@ -111,7 +125,7 @@ func Scenarios() []Scenario {
 					send(ctx, env, "POST", "/channels/100/messages", Bot, `{"content":"hi"}`)
 				})
 			},
-			Max:     func(d time.Duration) float64 { return sliding(satLimit, satWindow, d) },
+			Max:     span(func(d time.Duration) float64 { return sliding(satLimit, satWindow, d) }),
 			Counted: onBucket("sats"),
 		},
 		{
@@ -125,7 +139,7 @@ func Scenarios() []Scenario {
 					}
 				})
 			},
-			Max:  func(d time.Duration) float64 { return globalPerSecond * windows(d, time.Second) },
+			Max:  span(func(d time.Duration) float64 { return globalPerSecond * windows(d, time.Second) }),
 			Late: globalLate(globalPerSecond, time.Second),
 		},
 		{
@@ -141,7 +155,7 @@ func Scenarios() []Scenario {
 					}
 				})
 			},
-			Max:     func(d time.Duration) float64 { return 10 * windows(d, satWindow) },
+			Max:     span(func(d time.Duration) float64 { return 10 * windows(d, satWindow) }),
 			Counted: onBucket("pair"),
 			Late:    fixedLate(10, satWindow),
 		},
@@ -154,7 +168,7 @@ func Scenarios() []Scenario {
 					send(ctx, env, "PATCH", "/channels/400", Bot, `{"name":"renamed"}`)
 				})
 			},
-			Max:     func(d time.Duration) float64 { return 2 * windows(d, time.Second) },
+			Max:     span(func(d time.Duration) float64 { return 2 * windows(d, time.Second) }),
 			Counted: onBucket("chan"),
 		},
 		{
@@ -167,7 +181,7 @@ func Scenarios() []Scenario {
 					send(ctx, env, "POST", "/channels/500/messages", Bot, `{"content":"hi"}`)
 				})
 			},
-			Max:     func(d time.Duration) float64 { return 5 * windows(d, time.Second) },
+			Max:     span(func(d time.Duration) float64 { return 5 * windows(d, time.Second) }),
 			Counted: onBucket("busy"),
 		},
 		{
@@ -182,7 +196,7 @@ func Scenarios() []Scenario {
 					send(ctx, env, "GET", "/users/@me", auth, "")
 				})
 			},
-			Max:     func(d time.Duration) float64 { return 10 * windows(d, satWindow) },
+			Max:     span(func(d time.Duration) float64 { return 10 * windows(d, satWindow) }),
 			Counted: onBucket("me"),
 		},
 		{
@@ -199,8 +213,10 @@ func Scenarios() []Scenario {
 					srv.SetBucket(discordtest.Bucket{Hash: "low", Limit: 5, Window: satWindow, Fixed: true})
 				}
 			},
-			Max: func(d time.Duration) float64 {
-				return satLimit*windows(d/2, satWindow) + 5*windows(d-d/2, satWindow)
+			// The limit falls at half the run, first being when the
+			// first request counted.
+			Max: func(first, d time.Duration) float64 {
+				return satLimit*windows(max(0, d/2-first), satWindow) + 5*windows(d-d/2, satWindow)
 			},
 			Counted: onBucket("low"),
 		},
@@ -220,16 +236,16 @@ func Scenarios() []Scenario {
 			},
 			// Webhooks have their own budget: 4 webhooks of 5 per 500 ms,
 			// beside the bot's global 50 per second.
-			Max: func(d time.Duration) float64 {
+			Max: span(func(d time.Duration) float64 {
 				return globalPerSecond*windows(d, time.Second) + 4*5*windows(d, satWindow)
-			},
+			}),
 		},
 		{
 			Name:     "deadline",
 			Emulator: base(bucket("slow", 1, 2*time.Second, true, "POST /channels/{channel_id}/messages")...),
 			Load: func(ctx context.Context, env *Env) {
 				env.Goroutines(ctx, 20, func(ctx context.Context, g int) {
-					dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					dctx, cancel := context.WithTimeout(ctx, deadline)
 					deadline, _ := dctx.Deadline()
 					_, err := env.Client.Do(dctx, "POST", env.API+"/channels/800/messages", Bot, []byte(`{"content":"hi"}`))
 					returned := time.Now()
@@ -242,9 +258,9 @@ func Scenarios() []Scenario {
 					}
 				})
 			},
-			Max:      func(d time.Duration) float64 { return windows(d, 2*time.Second) },
+			Max:      span(func(d time.Duration) float64 { return windows(d, 2*time.Second) }),
 			Counted:  onBucket("slow"),
-			Deadline: true,
+			Deadline: deadline,
 		},
 	}
 }
