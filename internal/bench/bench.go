@@ -34,14 +34,25 @@ type Client interface {
 // scenario run and process.
 type Limiter struct {
 	Name string
-	New  func(base http.RoundTripper) Client
-	// NewRun, if set, is called instead of New with the id of the scenario
-	// run, the same in every process of the run and different in every
-	// run: a shared store keys the run's state with it.
-	NewRun func(run string, base http.RoundTripper) Client
+	New  func(base http.RoundTripper, cfg ClientConfig) Client
 	// Cleanup, if set, is called with the run's id once the run ended, in
 	// the process that owns the emulator.
 	Cleanup func(run string)
+	// ServerCPU, if set, returns the CPU time the limiter's shared store
+	// (Redis) has used so far, read before and after each run.
+	ServerCPU func(ctx context.Context) (time.Duration, error)
+}
+
+// ClientConfig is what a scenario run tells the limiter it makes a client
+// for.
+type ClientConfig struct {
+	// Run is the id of the scenario run, the same in every process of the
+	// run and different in every run: a shared store keys the run's state
+	// with it.
+	Run string
+	// GlobalLimit is the bot's global limit per second, as Discord raised
+	// it for a large bot, or 0 for Discord's default.
+	GlobalLimit int
 }
 
 // CommandCounter is implemented by clients whose limiter keeps its state in
@@ -91,7 +102,7 @@ func (h HTTPClient) Close() error {
 
 // NoLimiter sends requests as they come: the baseline with no rate limiting.
 func NoLimiter() Limiter {
-	return Limiter{Name: "none", New: func(base http.RoundTripper) Client {
+	return Limiter{Name: "none", New: func(base http.RoundTripper, _ ClientConfig) Client {
 		return HTTPClient{C: &http.Client{Transport: base}}
 	}}
 }
@@ -130,6 +141,10 @@ func (e *Env) Overshoot(d time.Duration) { e.rec.add(d) }
 // Scenario is one workload with the emulator configuration it runs against.
 type Scenario struct {
 	Name string
+	// GlobalLimit is the bot's global limit per second when Discord raised
+	// it (a large bot): the emulator enforces it and the limiters are told
+	// it. 0 is Discord's default, 50.
+	GlobalLimit int
 	// Emulator configures the emulator.
 	Emulator []discordtest.Option
 	// Load drives requests until ctx ends.
@@ -192,6 +207,12 @@ type Result struct {
 	// are zero for limiters without one.
 	StoreCommands   int64   `json:"redis_commands,omitempty"`
 	StorePerRequest float64 `json:"redis_commands_per_request,omitempty"`
+	// StoreCPU is the CPU time the shared store's server used during the
+	// run (user and system, every process of the server; a cluster's
+	// masters added up), and StoreCPUPerRequest that time in microseconds
+	// divided by Requests.
+	StoreCPU           time.Duration `json:"redis_cpu_ns,omitempty"`
+	StoreCPUPerRequest float64       `json:"redis_cpu_us_per_request,omitempty"`
 	// DeadlineMS is the deadline of the scenario's requests, if any.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
 
@@ -250,6 +271,9 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, error) {
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
 	opts = append(opts, discordtest.WithNetwork(o.Network))
+	if sc.GlobalLimit > 0 {
+		opts = append(opts, discordtest.WithGlobalLimit(sc.GlobalLimit))
+	}
 	srv, err := discordtest.Start(opts...)
 	if err != nil {
 		return Result{}, err
@@ -264,6 +288,13 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		defer lim.Cleanup(run)
 	}
 
+	var cpu0 time.Duration
+	cpuOK := lim.ServerCPU != nil
+	if cpuOK {
+		var err error
+		cpu0, err = lim.ServerCPU(ctx)
+		cpuOK = err == nil
+	}
 	rec := &recorder{}
 	var wg sync.WaitGroup
 	var spawnErr error
@@ -296,6 +327,14 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 	st := srv.Stats()
 	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
 	r.Latency = o.Latency
+	if cpuOK {
+		if cpu1, err := lim.ServerCPU(ctx); err == nil && cpu1 >= cpu0 {
+			r.StoreCPU = cpu1 - cpu0
+			if st.Requests > 0 {
+				r.StoreCPUPerRequest = float64(r.StoreCPU) / float64(time.Microsecond) / float64(st.Requests)
+			}
+		}
+	}
 	return r, nil
 }
 
@@ -327,12 +366,7 @@ func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	}
 	base := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer base.CloseIdleConnections()
-	var c Client
-	if lim.NewRun != nil {
-		c = lim.NewRun(run, base)
-	} else {
-		c = lim.New(base)
-	}
+	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
 	defer c.Close()
 	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
 	sc.Load(ctx, env)
@@ -529,6 +563,7 @@ func (w *Row) aggregate() {
 		a.Banned += r.Banned
 		a.Errors += r.Errors
 		a.StoreCommands += r.StoreCommands
+		a.StoreCPU += r.StoreCPU
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
 		a.LateN += r.LateN
@@ -543,6 +578,9 @@ func (w *Row) aggregate() {
 	}
 	if a.Requests > 0 && a.StoreCommands > 0 {
 		a.StorePerRequest = float64(a.StoreCommands) / float64(a.Requests)
+	}
+	if a.Requests > 0 && a.StoreCPU > 0 {
+		a.StoreCPUPerRequest = float64(a.StoreCPU) / float64(time.Microsecond) / float64(a.Requests)
 	}
 	a.LateP50, a.LateP99 = pooled(runs, a.late, func(r Result) float64 { return r.LateP50 }, 0.50), pooled(runs, a.late, func(r Result) float64 { return r.LateP99 }, 0.99)
 	a.OverP50, a.OverP99 = pooled(runs, a.over, func(r Result) float64 { return r.OverP50 }, 0.50), pooled(runs, a.over, func(r Result) float64 { return r.OverP99 }, 0.99)
@@ -590,7 +628,7 @@ func PrintTable(w io.Writer, rows []Row) {
 	}
 	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t"
 	if store {
-		head += "redis cmd/req\t"
+		head += "redis cmd/req\tredis cpu µs/req\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
@@ -617,7 +655,11 @@ func PrintTable(w io.Writer, rows []Row) {
 			if r.StoreCommands > 0 {
 				per = fmt.Sprintf("%.2f", r.StorePerRequest)
 			}
-			fmt.Fprintf(tw, "%s\t", per)
+			cpu := "-"
+			if r.StoreCPU > 0 {
+				cpu = fmt.Sprintf("%.1f", r.StoreCPUPerRequest)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t", per, cpu)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -23,10 +23,18 @@ import (
 // Ratecord is the contender: a ratecord Transport over the base transport,
 // with its invalid-request guard at half the emulator's ban threshold.
 func Ratecord() Limiter {
-	return Limiter{Name: "ratecord", New: func(base http.RoundTripper) Client {
-		tr := ratecord.NewTransport(base, ratecord.WithInvalidRequestBudget(invalidLimit/2))
+	return Limiter{Name: "ratecord", New: func(base http.RoundTripper, cfg ClientConfig) Client {
+		tr := ratecord.NewTransport(base, ratecord.WithInvalidRequestBudget(invalidLimit/2), globalOption(cfg))
 		return HTTPClient{C: &http.Client{Transport: tr}, Close_: tr.Close}
 	}}
+}
+
+// globalOption gives the transport the run's global limit, if raised.
+func globalOption(cfg ClientConfig) ratecord.Option {
+	if cfg.GlobalLimit <= 0 {
+		return nil
+	}
+	return ratecord.WithGlobalLimit(cfg.GlobalLimit, time.Second)
 }
 
 // Main is the "bench" command: it parses args, runs the suite with the

@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,12 +56,55 @@ const (
 func RatecordRedis(rc RedisConfig) Limiter {
 	return Limiter{
 		Name: NameRedis,
-		New:  func(base http.RoundTripper) Client { return newRedisClient(rc, runID("", NameRedis), base) },
-		NewRun: func(run string, base http.RoundTripper) Client {
-			return newRedisClient(rc, run, base)
+		New: func(base http.RoundTripper, cfg ClientConfig) Client {
+			if cfg.Run == "" {
+				cfg.Run = runID("", NameRedis)
+			}
+			return newRedisClient(rc, cfg, base)
 		},
-		Cleanup: func(run string) { cleanup(rc, RunPrefix(run)) },
+		Cleanup:   func(run string) { cleanup(rc, RunPrefix(run)) },
+		ServerCPU: rc.serverCPU,
 	}
+}
+
+// serverCPU returns the CPU time (user and system) the Redis server has
+// used, from INFO cpu; a cluster's masters are added up.
+func (rc RedisConfig) serverCPU(ctx context.Context) (time.Duration, error) {
+	c := rc.client()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	read := func(ctx context.Context, c *redis.Client) (time.Duration, error) {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, err
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+				}
+				total += f
+			}
+		}
+		return time.Duration(total * float64(time.Second)), nil
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		var total time.Duration
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			d, err := read(ctx, c)
+			mu.Lock()
+			total += d
+			mu.Unlock()
+			return err
+		})
+		return total, err
+	}
+	return read(ctx, c.(*redis.Client))
 }
 
 // RatecordMemory is the default ratecord limiter under another name, to be
@@ -76,12 +123,12 @@ type redisClient struct {
 
 func (c *redisClient) StoreCommands() int64 { return c.hook.Commands.Load() }
 
-func newRedisClient(rc RedisConfig, run string, base http.RoundTripper) Client {
+func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Client {
 	rdb := rc.client()
 	hook := &rediscount.Hook{}
 	rdb.AddHook(hook)
-	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(run)))
-	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(invalidLimit/2))
+	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)))
+	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(invalidLimit/2), globalOption(cfg))
 	return &redisClient{
 		HTTPClient: HTTPClient{C: &http.Client{Transport: tr}, Close_: func() error {
 			tr.Close()

@@ -103,6 +103,8 @@ func Scenarios(n discordtest.Network) []Scenario {
 	const (
 		satLimit, satWindow = 20, 500 * time.Millisecond
 		fanChannels         = 200
+		largeGlobal         = 500
+		largeChannels       = 2000
 	)
 	return []Scenario{
 		{
@@ -141,6 +143,25 @@ func Scenarios(n discordtest.Network) []Scenario {
 			},
 			Max:  span(func(d time.Duration) float64 { return globalPerSecond * windows(d, time.Second) }),
 			Late: globalLate(globalPerSecond, time.Second),
+		},
+		{
+			// A large bot: Discord raised its global limit to 500 per
+			// second, and it posts to 2,000 channels (5 per 5 s each, 2,000
+			// per second together), so the global limit binds.
+			Name:        "large-bot",
+			GlobalLimit: largeGlobal,
+			Emulator:    base(bucket("large", 5, 5*time.Second, false, "POST /channels/{channel_id}/messages")...),
+			Load: func(ctx context.Context, env *Env) {
+				const goroutines = 1000
+				env.Goroutines(ctx, goroutines, func(ctx context.Context, g int) {
+					for i := 0; ctx.Err() == nil; i++ {
+						ch := 100_000 + (g+i*goroutines)%largeChannels
+						send(ctx, env, "POST", fmt.Sprintf("/channels/%d/messages", ch), Bot, `{"content":"hi"}`)
+					}
+				})
+			},
+			Max:  span(func(d time.Duration) float64 { return largeGlobal * windows(d, time.Second) }),
+			Late: globalLate(largeGlobal, time.Second),
 		},
 		{
 			Name: "shared-hash",

@@ -36,7 +36,7 @@ func main() {
 // Discordgo drives requests through discordgo Sessions (one per
 // Authorization value), so discordgo's own limiter decides when they go.
 func Discordgo() bench.Limiter {
-	return bench.Limiter{Name: "discordgo", New: func(base http.RoundTripper) bench.Client {
+	return bench.Limiter{Name: "discordgo", New: func(base http.RoundTripper, _ bench.ClientConfig) bench.Client {
 		return &sessions{client: &http.Client{Transport: base}, byAuth: map[string]*discordgo.Session{}}
 	}}
 }
