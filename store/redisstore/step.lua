@@ -239,6 +239,39 @@ local function claim(K, A)
   if r ~= guess then return {3, r} end
   if r ~= '' then redis.call('PEXPIRE', K[1], routeTTL) end
 
+  -- The global window first: a claim it refuses need not read the bucket.
+  local cnt, gfree, reserve = 0, 0, nil
+  if isGlobal then
+    local gp = math.max(gpause, blocked)
+    if gp > now then
+      local w = ceil(gp - now)
+      return {1, w, w, 2}
+    end
+    redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
+    cnt = redis.call('ZCARD', K[3])
+    gfree = glimit - cnt
+    if gfree <= 0 then
+      -- The window is full. A grant at moment T is allowed when fewer than
+      -- glimit entries lie after T - gwindow, so the first slot opens
+      -- gwindow after the entry glimit places from the end.
+      local e = redis.call('ZRANGE', K[3], cnt - glimit, cnt - glimit, 'WITHSCORES')
+      local score = tonumber(e[2]) or now
+      if score > now then
+        -- That entry's request has not answered yet: its slot opens
+        -- gwindow after its answer, at the latest gwindow after its
+        -- score, at the earliest gwindow after its grant (its score less
+        -- the offset). Wait and ask again.
+        local lower = ceil(score - offset + gwindow - now)
+        return {1, math.min(math.max(lower, poll), ceil(score + gwindow - now)), lower, 2}
+      end
+      -- Its request has answered, so the moment is exact: reserve that
+      -- slot. Grants decided later count this entry and cannot take it, so
+      -- the waiters of every process are served in the order they
+      -- claimed, each with a single claim.
+      reserve = ceil(score + gwindow - now)
+    end
+  end
+
   local B = K[5]
   local kind = 0
   local b, found
@@ -345,33 +378,8 @@ local function claim(K, A)
   local delay = 0
 
   if isGlobal then
-    local gp = math.max(gpause, blocked)
-    if gp > now then
-      local w = ceil(gp - now)
-      return {1, w, w, 2}
-    end
-    redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
-    local cnt = redis.call('ZCARD', K[3])
-    local gfree = glimit - cnt
-    if gfree <= 0 then
-      -- The window is full. A grant at moment T is allowed when fewer than
-      -- glimit entries lie after T - gwindow, so the first slot opens
-      -- gwindow after the entry glimit places from the end.
-      local e = redis.call('ZRANGE', K[3], cnt - glimit, cnt - glimit, 'WITHSCORES')
-      local at = now + 1
-      if e[2] then at = tonumber(e[2]) + gwindow end
-      if not e[2] or tonumber(e[2]) > now then
-        -- That entry's request has not answered yet: its slot may open
-        -- earlier than its score says. Wait and ask again.
-        local w = ceil(at - now)
-        return {1, w, w, 2}
-      end
-      -- Its request has answered, so the moment is exact: reserve that
-      -- slot. Grants decided later count this entry and cannot take it, so
-      -- the waiters of every process are served in the order they
-      -- claimed, each with a single claim.
-      delay = ceil(at - now)
-      k = 1
+    if reserve then
+      delay, k = reserve, 1
     elseif k > gfree then
       k = gfree
     end
