@@ -13,20 +13,28 @@ const slogWarn = slog.LevelWarn
 func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 
-// acquireLocal grants c through the local limiter, with 1/share of the
-// global limit.
+// acquireLocal grants c through the local limiter alone.
 func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (store.Permit, error) {
-	limit := c.GlobalLimit
-	if limit <= 0 {
-		limit = store.DefaultGlobalLimit
-	}
-	c.GlobalLimit = max(1, limit/s.share)
-	p, err := s.local.Acquire(ctx, c)
+	p, err := s.localGrant(ctx, c)
 	if err != nil {
 		return store.Permit{}, err
 	}
 	s.localGrants.Add(1)
 	return store.Permit{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
+}
+
+// localGrant returns the local limiter's permit for c, with 1/share of the
+// global limit, once the hold-off after the last fallback has passed.
+func (s *Store) localGrant(ctx context.Context, c store.Claim) (store.Permit, error) {
+	if err := s.holdOff(ctx, &c); err != nil {
+		return store.Permit{}, err
+	}
+	limit := c.GlobalLimit
+	if limit <= 0 {
+		limit = store.DefaultGlobalLimit
+	}
+	c.GlobalLimit = max(1, limit/s.share)
+	return s.local.Acquire(ctx, c)
 }
 
 // localUpdate scales the limits a response reports down to this process's
@@ -52,14 +60,14 @@ func (s *Store) probe() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-		err := s.client.Ping(ctx).Err()
-		cancel()
+		_, err := s.bounded(s.ctx, func(ctx context.Context) error {
+			return s.client.Ping(ctx).Err()
+		}, func() {})
 		if err == nil {
 			s.mu.Lock()
-			s.probing = false
-			s.degraded.Store(false)
+			s.recovered(time.Now())
 			s.mu.Unlock()
+			poke(s.out.retry)
 			s.recoveries.Add(1)
 			s.log.LogAttrs(context.Background(), slog.LevelInfo, "ratecord: redis available again, limiting through it")
 			return
