@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord/store"
 )
@@ -76,7 +80,7 @@ const (
 	// maxHold bounds the windows that the hold-off after a fallback and the
 	// grace period after a recovery cover.
 	maxHold = time.Minute
-	// graceMargin is added to the grace period.
+	// graceMargin is added to the hold-off and the grace period.
 	graceMargin = 250 * time.Millisecond
 )
 
@@ -116,7 +120,7 @@ func globalSpan(c *store.Claim) time.Duration {
 // through Redis may have opened for c has closed: the global window when c
 // counts against it, and the longest window or pause this Store saw on c's
 // route (on any route when it saw none on this one), counted from the
-// fallback. The local limiter knows nothing of the slots that other
+// fallback, plus c's offset and a margin. The local limiter knows nothing of the slots that other
 // processes took through Redis: without this wait it would add its share
 // to windows they filled.
 func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
@@ -130,6 +134,10 @@ func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
 	if c.Global {
 		w = max(w, globalSpan(c))
 	}
+	// A request granted through Redis just before the fallback may reach
+	// Discord up to the claim's offset later, and later still on a busy
+	// host: add the offset and a margin.
+	w += store.ClampDuration(c.Offset) + graceMargin
 	now := time.Now()
 	until := fell.Add(w)
 	if fell.IsZero() || !until.After(now) {
@@ -177,5 +185,45 @@ func (s *Store) recovered(now time.Time) {
 func (s *Store) giveBackLocal(p *store.Permit) {
 	if p != nil {
 		_ = s.local.Update(context.Background(), *p, store.Update{})
+	}
+}
+
+// answered reports whether a failed call is known not to have run: Redis
+// answered with an error, or the connection was never made. Otherwise (a
+// timeout, a connection lost) the command may have reached Redis, which
+// runs it when it can, even after a stall.
+func answered(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return true
+	}
+	var oerr *net.OpError
+	return errors.As(err, &oerr) && oerr.Op == "dial"
+}
+
+// orphans gives back, through the outbox, the slots that a claim of n
+// waiters like head with permit ids prefix+i may have been granted when
+// its reply was lost: Redis may run it late, and nobody would report those
+// permits before the pending timeout. The claim named the bucket of guess
+// and the route's probe bucket; giving back a permit that was not granted
+// changes nothing.
+func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefix string) {
+	kinds := []int{kindProbe}
+	switch guess {
+	case "":
+	case noBucket:
+		kinds = append(kinds, kindNone)
+	default:
+		kinds = append(kinds, kindLearned)
+	}
+	for i := 1; i <= n; i++ {
+		for _, kind := range kinds {
+			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major,
+				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global}
+			if kind == kindLearned {
+				h.hash = guess
+			}
+			_ = s.enqueue(h, store.Update{Credential: h.cred, Route: h.route, Major: h.major, Global: h.global})
+		}
 	}
 }

@@ -225,6 +225,9 @@ func (s *Store) drive(q *lqueue) {
 			if !stalled {
 				s.failed(err)
 			}
+			if stalled || !answered(err) {
+				s.orphans(q, &head, guess, n, prefix)
+			}
 			if s.policy == FailClosed {
 				s.fail(q, &head, &store.WaitError{Err: fmt.Errorf("%w: claim: %w", ErrUnavailable, err)})
 				s.sleep(q, s.poll)
