@@ -39,11 +39,19 @@ func (s *Store) localGrant(ctx context.Context, c store.Claim) (store.Permit, er
 
 // localUpdate scales the limits a response reports down to this process's
 // share, so that the processes limiting locally stay within the bucket
-// together.
-func (s *Store) localUpdate(u store.Update) store.Update {
+// together. Remaining and Reset-After describe the bucket as all processes
+// use it: a process that refilled its share at that reset could, on a
+// sliding window, send again while the others' requests still count. So a
+// process takes its share at most once per window: the local bucket is
+// spent by each response and refills after the longest window seen on the
+// route (window), if that is later than the reset.
+func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
 	if u.HasLimit && s.share > 1 {
 		u.Limit = max(1, u.Limit/s.share)
-		u.Remaining = max(0, u.Remaining/s.share)
+		u.Remaining = 0
+		if u.ResetAfter >= 0 {
+			u.ResetAfter = max(u.ResetAfter, window-store.ClampDuration(u.Offset))
+		}
 	}
 	return u
 }

@@ -355,16 +355,17 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	if !closed {
 		s.noteWindow(&u)
 	}
+	window := s.windows[u.Credential+"\x00"+u.Route]
 	s.mu.Unlock()
 	if closed {
 		return store.ErrClosed
 	}
 	switch h := p.Handle.(type) {
 	case *localPermit:
-		return s.local.Update(ctx, h.p, s.localUpdate(u))
+		return s.local.Update(ctx, h.p, s.localUpdate(u, window))
 	case *permit:
 		if h.local != nil {
-			_ = s.local.Update(ctx, *h.local, s.localUpdate(u))
+			_ = s.local.Update(ctx, *h.local, s.localUpdate(u, window))
 		}
 		return s.enqueue(h, u)
 	default:
