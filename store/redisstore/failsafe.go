@@ -144,7 +144,11 @@ func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
 		return nil
 	}
 	d := until.Sub(now)
-	if err := store.CheckWait(ctx, c, now, d); err != nil {
+	// Every waiter of the route wakes at once: one whose deadline leaves
+	// no time to reach Discord (the claim's offset) fails now, rather than
+	// take a slot its request may use on its way out, and hand the next
+	// one over when it fails.
+	if err := store.CheckWait(ctx, c, now, d+store.ClampDuration(c.Offset)); err != nil {
 		return &store.WaitError{RetryAfter: d, Err: err}
 	}
 	t := time.NewTimer(d)
