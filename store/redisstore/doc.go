@@ -118,14 +118,79 @@
 // ([WithLogger]), counts it ([Store.Stats], [WithOnFallback]) and grants
 // requests through a limiter local to the process (store/memstore) with a
 // conservative share of every limit ([WithLocalShare]); waiters queued at
-// the time move to it, so no request is dropped. A goroutine owned by the
-// Store pings Redis ([WithProbeInterval]) and switches back as soon as it
-// answers; permits of either side are recognised by Update.
-// [Store.Fallbacks] counts the requests granted locally, for the
-// transport's store fallbacks metric. Under
-// [FailClosed], Acquire fails with a *[store.WaitError] wrapping
-// [ErrUnavailable] and the cause. Update reports a failed call with an
-// error wrapping ErrUnavailable under either policy.
+// the time move to it at once, so no request is dropped. A goroutine owned
+// by the Store pings Redis ([WithProbeInterval]) and switches back as soon
+// as it answers; permits of either side are recognised by Update.
+// [Store.Fallbacks] counts the switches to the local limiter, for the
+// transport's store fallbacks metric. Under [FailClosed], Acquire fails
+// with a *[store.WaitError] wrapping [ErrUnavailable] and the cause.
+//
+// A stall is a failure. Every Redis call gets its own timeout
+// ([WithCallTimeout], default 500 ms): a call that has not answered by
+// then applies the policy at once, even if the client goes on waiting (a
+// go-redis client without ContextTimeoutEnabled waits out its ReadTimeout
+// and retries). So within about the call timeout of Redis going quiet
+// (DEBUG SLEEP, CLIENT PAUSE, a failover), under FailOpen the Store limits
+// locally, and under FailClosed the waiters get the error. No waiter is
+// held past its context's deadline by Redis: waiting always ends with the
+// context.
+//
+// Update never waits for Redis, so no response is held by it. The update
+// of a permit granted through Redis joins an outbox owned by the Store,
+// bounded ([WithOutboxLimit]; when full the oldest update is dropped and
+// counted in [Stats].Dropped) and written in order by a goroutine of the
+// Store, several updates per pipeline. Updates that could not be written
+// stay queued and are written, in order, once Redis answers again; a
+// timed-out write is sent again, which can only count a request twice
+// (a window closes later, an invalid response counts twice), never give
+// back a slot twice. A queue's claim first waits for the updates of its
+// credential already queued, so that what a response taught (a 429's
+// pause, a slot given back, a learned bucket) is seen by the next claim as
+// before; queues waiting for a response are woken once its update is
+// written. Close writes what it can within twice the call timeout and
+// logs how many updates it dropped. A claim whose reply was lost (it timed
+// out, or the connection broke) may still run in Redis later: the slots it
+// may have taken are given back through the outbox, so they do not hold a
+// bucket until the pending timeout.
+//
+// # What the local limiter and Redis owe each other
+//
+// Redis knows nothing of the requests the local limiters of the processes
+// grant during an outage, and a local limiter knows nothing of the slots
+// other processes took through Redis just before it. With at most
+// [WithLocalShare] processes per credential, the Store guarantees that no
+// limit is exceeded across the switch in either direction, for windows up
+// to a minute long:
+//
+//   - Falling back, the local limiter grants nothing on a route until the
+//     longest window or pause this Store saw on it (on any route, for a
+//     route it never saw), and the global window plus the offset for
+//     requests that count against the global limit, plus the claim's
+//     offset and 250 ms, have passed since the fallback: every window that
+//     grants through Redis may have opened has closed by then. Cost:
+//     requests wait about 1.75 s after a fallback on routes with windows of
+//     a second, and longer on routes with longer windows; requests whose
+//     deadline comes first fail at once with a *[store.WaitError].
+//   - Limiting locally, each process sends at most its share of a bucket
+//     per window: each response spends the local bucket, which refills
+//     after the longest window seen on the route. Discord's Remaining and
+//     Reset-After count every process's requests, so refilling at
+//     Reset-After would let a process send again on a sliding window while
+//     the others' requests still count.
+//   - Returning, the Store stays for a grace period in which a request
+//     needs a grant of the local limiter (at its share) as well as one of
+//     Redis: one probe interval and one call timeout, so that every
+//     process has returned, plus the longest window seen, so that every
+//     window a local limiter opened has closed, plus 250 ms. Only then are
+//     all the requests of the last window known to Redis. Cost: during the
+//     grace period (about 3 s with the defaults and windows of a second)
+//     each process sends at most its local share. [Stats].Grace reports it.
+//
+// Windows longer than a minute (hidden limits, long 429 pauses learned
+// during an outage) are covered only by the local share. A process that
+// never lost Redis while others did does not know of their local grants:
+// the guarantee holds for outages that every process sees, as a stopped or
+// stalled server is.
 //
 // [ZADD]: https://redis.io/docs/latest/commands/zadd/
 package redisstore

@@ -149,13 +149,14 @@ func TestFailClosed(t *testing.T) {
 	p := acquire(t, s, c, time.Second)
 
 	srv.stop()
-	err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second))
-	if !errors.Is(err, redisstore.ErrUnavailable) {
-		t.Errorf("Update with Redis down = %v; want ErrUnavailable", err)
+	// Update never waits for Redis: the update stays queued until the
+	// server is back.
+	if err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second)); err != nil {
+		t.Errorf("Update with Redis down = %v; want nil (queued)", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	_, err = s.Acquire(ctx, store.Claim{Credential: "cred", Route: "GET /guilds/:id", Major: "guilds/1"})
+	_, err := s.Acquire(ctx, store.Claim{Credential: "cred", Route: "GET /guilds/:id", Major: "guilds/1"})
 	var we *store.WaitError
 	if !errors.Is(err, redisstore.ErrUnavailable) || !errors.As(err, &we) {
 		t.Fatalf("Acquire with Redis down = %v; want a *store.WaitError wrapping ErrUnavailable", err)
@@ -183,5 +184,11 @@ func TestFailClosed(t *testing.T) {
 			t.Fatalf("Acquire 10s after the restart = %v; want a permit", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	for st := s.Stats(); st.Queued != 0 || st.Dropped != 0; st = s.Stats() {
+		if st.Dropped != 0 || time.Now().After(deadline) {
+			t.Fatalf("Stats() = %+v after the restart; want every update written", st)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -13,15 +13,9 @@ const slogWarn = slog.LevelWarn
 func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 
-// acquireLocal grants c through the local limiter, with 1/share of the
-// global limit.
+// acquireLocal grants c through the local limiter alone.
 func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (store.Permit, error) {
-	limit := c.GlobalLimit
-	if limit <= 0 {
-		limit = store.DefaultGlobalLimit
-	}
-	c.GlobalLimit = max(1, limit/s.share)
-	p, err := s.local.Acquire(ctx, c)
+	p, err := s.localGrant(ctx, c)
 	if err != nil {
 		return store.Permit{}, err
 	}
@@ -29,13 +23,35 @@ func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time
 	return store.Permit{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
 }
 
+// localGrant returns the local limiter's permit for c, with 1/share of the
+// global limit, once the hold-off after the last fallback has passed.
+func (s *Store) localGrant(ctx context.Context, c store.Claim) (store.Permit, error) {
+	if err := s.holdOff(ctx, &c); err != nil {
+		return store.Permit{}, err
+	}
+	limit := c.GlobalLimit
+	if limit <= 0 {
+		limit = store.DefaultGlobalLimit
+	}
+	c.GlobalLimit = max(1, limit/s.share)
+	return s.local.Acquire(ctx, c)
+}
+
 // localUpdate scales the limits a response reports down to this process's
 // share, so that the processes limiting locally stay within the bucket
-// together.
-func (s *Store) localUpdate(u store.Update) store.Update {
+// together. Remaining and Reset-After describe the bucket as all processes
+// use it: a process that refilled its share at that reset could, on a
+// sliding window, send again while the others' requests still count. So a
+// process takes its share at most once per window: the local bucket is
+// spent by each response and refills after the longest window seen on the
+// route (window), if that is later than the reset.
+func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
 	if u.HasLimit && s.share > 1 {
 		u.Limit = max(1, u.Limit/s.share)
-		u.Remaining = max(0, u.Remaining/s.share)
+		u.Remaining = 0
+		if u.ResetAfter >= 0 {
+			u.ResetAfter = max(u.ResetAfter, window-store.ClampDuration(u.Offset))
+		}
 	}
 	return u
 }
@@ -52,14 +68,14 @@ func (s *Store) probe() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-		err := s.client.Ping(ctx).Err()
-		cancel()
+		_, err := s.bounded(s.ctx, func(ctx context.Context) error {
+			return s.client.Ping(ctx).Err()
+		}, func() {})
 		if err == nil {
 			s.mu.Lock()
-			s.probing = false
-			s.degraded.Store(false)
+			s.recovered(time.Now())
 			s.mu.Unlock()
+			poke(s.out.retry)
 			s.recoveries.Add(1)
 			s.log.LogAttrs(context.Background(), slog.LevelInfo, "ratecord: redis available again, limiting through it")
 			return

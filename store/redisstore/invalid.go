@@ -130,7 +130,7 @@ func (s *Store) guardLoop() {
 // syncInvalid adds add invalid responses to the group's count and returns
 // the count and how long until its oldest response stops counting.
 func (s *Store) syncInvalid(add int) (int, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.callTimeout)
 	defer cancel()
 	v, err := invalidScript.Run(ctx, s.client, []string{s.invalidKey()}, add, s.clockArg()).Result()
 	if err != nil {

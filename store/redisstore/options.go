@@ -43,6 +43,8 @@ const (
 	DefaultPollInterval   = 20 * time.Millisecond
 	DefaultProbeInterval  = time.Second
 	DefaultMaxBatch       = 64
+	DefaultCallTimeout    = 500 * time.Millisecond
+	DefaultOutboxLimit    = 10000
 )
 
 // WithPrefix sets the prefix of every key the Store writes (default
@@ -157,4 +159,35 @@ func WithMaxBatch(n int) Option {
 // behind one address, and conservative otherwise.
 func WithInvalidGroup(name string) Option {
 	return optionFunc(func(s *Store) { s.invalidGroup = name })
+}
+
+// WithCallTimeout bounds every Redis call the Store makes (default
+// [DefaultCallTimeout]). A call that has not answered by then counts as a
+// failure: under [FailOpen] the Store falls back to its local limiter, under
+// [FailClosed] the waiters it served get an error wrapping
+// [ErrUnavailable]. So a Redis server that stalls (a long command, a
+// failover, a paused client) is handled like one that is down, within about
+// this long. The call itself ends then only if the client honours context
+// deadlines (go-redis' ContextTimeoutEnabled); otherwise it goes on in the
+// background until the client's own timeouts end it. It should be well
+// above the slowest answer of a healthy server. Values <= 0 are ignored.
+func WithCallTimeout(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.callTimeout = d
+		}
+	})
+}
+
+// WithOutboxLimit sets how many updates the Store keeps while Redis cannot
+// take them (default [DefaultOutboxLimit]). When the outbox is full the
+// oldest update is dropped and counted in [Stats].Dropped; a permit whose
+// update was dropped holds its bucket until the pending timeout
+// ([WithPendingTimeout]). Values below 1 are ignored.
+func WithOutboxLimit(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n >= 1 {
+			s.outboxLimit = n
+		}
+	})
 }

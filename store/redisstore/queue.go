@@ -35,6 +35,7 @@ type lqueue struct {
 	sleepUntil time.Time   // when the driver's current sleep ends
 	ticket     bool        // holds a ticket in bucket bid's line
 	idle       bool        // the driver waits for a waiter: a new one kicks it
+	stalled    bool        // the driver's call outlasted the call timeout and has not returned
 }
 
 // Waiter states.
@@ -54,6 +55,7 @@ type waiter struct {
 	state    int       // guarded by Store.mu
 	permit   store.Permit
 	err      error
+	local    *store.Permit // granted by the local limiter first, during a grace period
 }
 
 // kick wakes the driver of q if it sleeps.
@@ -123,14 +125,15 @@ func (s *Store) drop(q *lqueue) {
 // processes.
 func (s *Store) dropTicket(q *lqueue, bid string) {
 	k := s.keysOf(q.key.cred)
-	ctx, cancel := context.WithTimeout(s.ctx, probeTimeout)
-	defer cancel()
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZRem(ctx, k.tickets(bid), q.id)
-		p.ZRem(ctx, k.ticketExp(bid), q.id)
-		return nil
+	stalled, err := s.call(q, func(ctx context.Context) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, k.tickets(bid), q.id)
+			p.ZRem(ctx, k.ticketExp(bid), q.id)
+			return nil
+		})
+		return err
 	})
-	if err != nil && s.ctx.Err() == nil {
+	if err != nil && !stalled && s.ctx.Err() == nil {
 		s.errs.Add(1)
 	}
 }
@@ -192,13 +195,39 @@ func (s *Store) drive(q *lqueue) {
 		guess := s.guesses[q.key.cred+"\x00"+q.key.route]
 		s.mu.Unlock()
 
+		// The claim must see every update of the credential handed to the
+		// outbox so far (a 429's pause, a slot given back, a learned
+		// bucket).
+		if waited, ok := s.synced(q.key.cred); !ok {
+			if s.ctx.Err() != nil {
+				continue // closing
+			}
+			if s.policy == FailClosed {
+				s.fail(q, &head, unavailable("update", errOutbox))
+			}
+			s.sleep(q, s.poll)
+			continue
+		} else if waited {
+			s.mu.Lock()
+			guess = s.guesses[q.key.cred+"\x00"+q.key.route]
+			s.mu.Unlock()
+		}
 		prefix := s.nextID() + ":"
-		r, err := s.claim(&head, guess, n, prefix, q.id)
+		var r claimReply
+		stalled, err := s.call(q, func(ctx context.Context) (err error) {
+			r, err = s.claim(ctx, &head, guess, n, prefix, q.id)
+			return err
+		})
 		if err != nil {
 			if s.ctx.Err() != nil {
 				continue // closing
 			}
-			s.failed(err)
+			if !stalled {
+				s.failed(err)
+			}
+			if stalled || !answered(err) {
+				s.orphans(q, &head, guess, n, prefix)
+			}
 			if s.policy == FailClosed {
 				s.fail(q, &head, &store.WaitError{Err: fmt.Errorf("%w: claim: %w", ErrUnavailable, err)})
 				s.sleep(q, s.poll)
@@ -276,10 +305,10 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 }
 
 // claim runs claim.lua for up to n waiters like c.
-func (s *Store) claim(c *store.Claim, guess string, n int, prefix, qid string) (claimReply, error) {
+func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n int, prefix, qid string) (claimReply, error) {
 	var st step
 	st.claim(s, c, guess, n, prefix, qid)
-	v, err := st.run(s.ctx, s.client, s.clockArg()).Result()
+	v, err := st.run(ctx, s.client, s.clockArg()).Result()
 	if err != nil {
 		return claimReply{}, err
 	}
@@ -468,29 +497,40 @@ func (s *Store) sleep(q *lqueue, d time.Duration) {
 }
 
 // failed counts a Redis error and applies the failure policy to the Store
-// as a whole.
+// as a whole. Under [FailOpen] it switches to the local limiter and hands
+// it every waiter at once: their drivers may still be inside a Redis call
+// that stalls.
 func (s *Store) failed(err error) {
 	s.errs.Add(1)
 	if s.policy != FailOpen || errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
 		return
 	}
-	if !s.degraded.CompareAndSwap(false, true) {
+	s.mu.Lock()
+	if s.degraded.Load() {
+		s.mu.Unlock()
 		return
 	}
-	s.fallbacks.Add(1)
-	s.log.LogAttrs(context.Background(), slogWarn, "ratecord: redis unavailable, limiting locally",
-		attrErr(err), attrShare(s.share))
-	if s.onFallback != nil {
-		s.onFallback(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.fellAt = time.Now()
+	s.graceUntil = time.Time{}
+	s.degraded.Store(true)
 	for _, q := range s.queues {
+		for _, w := range q.waiters {
+			q.settle(w, handedOver)
+		}
+		clear(q.waiters)
+		q.waiters = q.waiters[:0]
 		q.kick()
 	}
 	if !s.probing && !s.closed {
 		s.probing = true
 		s.wg.Add(1)
 		go s.probe()
+	}
+	s.mu.Unlock()
+	s.fallbacks.Add(1)
+	s.log.LogAttrs(context.Background(), slogWarn, "ratecord: redis unavailable, limiting locally",
+		attrErr(err), attrShare(s.share))
+	if s.onFallback != nil {
+		s.onFallback(err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -30,12 +29,22 @@ var ErrUnavailable = errors.New("redisstore: redis unavailable")
 // Create one with [New]; the zero value is not usable. It is safe for
 // concurrent use.
 type Store struct {
-	mu      sync.Mutex // guards queues, byCred, guesses, closed and probing
+	mu      sync.Mutex // guards queues, byCred, guesses, closed, probing and the fields up to span
 	queues  map[qkey]*lqueue
 	byCred  map[string]map[*lqueue]struct{}
 	guesses map[string]string // credential NUL route -> last known hash
 	closed  bool
 	probing bool
+
+	// What the hold-off after a fallback and the grace period after a
+	// recovery need to know (see failsafe.go).
+	fellAt     time.Time                // the last switch to the local limiter
+	graceUntil time.Time                // the end of the grace period
+	windows    map[string]time.Duration // credential NUL route -> longest window or pause seen
+	longest    time.Duration            // the longest of windows
+	span       time.Duration            // the longest global span of a claim
+
+	out outbox // updates on their way to Redis
 
 	client     redis.UniversalClient
 	prefix     string
@@ -48,13 +57,15 @@ type Store struct {
 	poll           time.Duration
 	probeEvery     time.Duration
 	maxBatch       int
+	callTimeout    time.Duration
+	outboxLimit    int
 
 	id     string // random, unique to this Store: prefixes permit and queue ids
 	seq    atomic.Uint64
-	ctx    context.Context // canceled by Close; bounds every Redis call of the drivers
+	ctx    context.Context // canceled by Close; bounds every Redis call of the drivers and the writer
 	cancel context.CancelFunc
 	done   chan struct{}
-	wg     sync.WaitGroup // drivers and the prober
+	wg     sync.WaitGroup // drivers, the prober and the writer
 
 	local    *memstore.Store
 	degraded atomic.Bool
@@ -70,6 +81,7 @@ type Store struct {
 	recoveries  atomic.Uint64
 	errs        atomic.Uint64
 	localGrants atomic.Uint64
+	stalls      atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -85,14 +97,13 @@ const (
 	// wakeSlack is how much earlier than planned a queue must be able to go
 	// for an Update to wake it.
 	wakeSlack = 2 * time.Millisecond
-	// probeTimeout bounds one PING of the prober.
-	probeTimeout = time.Second
 )
 
 // New returns a Store that keeps its state in Redis through client: a
 // [redis.Client], a [redis.Ring] or a [redis.ClusterClient]. The Store does
 // not own client: Close leaves it open. New does no I/O and starts no
-// goroutine; see [Store.Close].
+// goroutine: the first Acquire starts a queue's driver, the first Update
+// the writer of the outbox; see [Store.Close].
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -101,6 +112,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		queues:         make(map[qkey]*lqueue),
 		byCred:         make(map[string]map[*lqueue]struct{}),
 		guesses:        make(map[string]string),
+		windows:        make(map[string]time.Duration),
+		out:            newOutbox(),
 		client:         client,
 		prefix:         DefaultPrefix,
 		policy:         FailOpen,
@@ -110,6 +123,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		poll:           DefaultPollInterval,
 		probeEvery:     DefaultProbeInterval,
 		maxBatch:       DefaultMaxBatch,
+		callTimeout:    DefaultCallTimeout,
+		outboxLimit:    DefaultOutboxLimit,
 		id:             hex.EncodeToString(id[:]),
 		ctx:            ctx,
 		cancel:         cancel,
@@ -137,16 +152,39 @@ type Stats struct {
 	LocalGrants uint64
 	// Local reports whether the Store currently uses its local limiter.
 	Local bool
+	// Grace reports whether the Store is in the grace period after a
+	// return to Redis, when a request needs a grant of the local limiter
+	// as well.
+	Grace bool
+	// Stalls is the number of Redis calls that did not answer within the
+	// call timeout ([WithCallTimeout]).
+	Stalls uint64
+	// Queued is the number of updates waiting to be written to Redis.
+	Queued int
+	// Dropped is the number of updates never written: dropped oldest first
+	// when the outbox was full ([WithOutboxLimit]), rejected by Redis, or
+	// left when the Store closed.
+	Dropped uint64
 }
 
 // Stats returns the Store's counters. It is safe for concurrent use.
 func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	grace := s.inGrace(time.Now())
+	s.mu.Unlock()
+	s.out.mu.Lock()
+	queued, dropped := len(s.out.items), s.out.dropped
+	s.out.mu.Unlock()
 	return Stats{
 		Errors:      s.errs.Load(),
 		Fallbacks:   s.fallbacks.Load(),
 		Recoveries:  s.recoveries.Load(),
 		LocalGrants: s.localGrants.Load(),
 		Local:       s.degraded.Load(),
+		Grace:       grace,
+		Stalls:      s.stalls.Load(),
+		Queued:      queued,
+		Dropped:     dropped,
 	}
 }
 
@@ -160,7 +198,9 @@ func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 
 // Acquire implements [store.Store]. Waiters queue in a FIFO per
 // (credential, route, major) in this process; the queue's driver asks Redis
-// for slots on behalf of the waiters at its front.
+// for slots on behalf of the waiters at its front. During the grace period
+// that follows a return to Redis, the request takes a grant of the local
+// limiter first.
 func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Permit{}, &store.WaitError{Err: err}
@@ -178,12 +218,33 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 		return s.acquireLocal(ctx, c, start)
 	}
 	s.mu.Lock()
+	if c.Global {
+		s.span = max(s.span, globalSpan(&c))
+	}
+	grace := s.inGrace(start)
+	s.mu.Unlock()
+	var local *store.Permit
+	if grace {
+		p, err := s.localGrant(ctx, c)
+		if err != nil {
+			return store.Permit{}, err
+		}
+		local = &p
+	}
+	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.giveBackLocal(local)
 		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
 	}
 	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major})
-	w := &waiter{claim: c, ready: make(chan struct{}), start: start}
+	if q.stalled && s.policy == FailClosed {
+		// The queue's last call did not answer in time and has not yet.
+		s.mu.Unlock()
+		s.giveBackLocal(local)
+		return store.Permit{}, unavailable("claim", errStalled)
+	}
+	w := &waiter{claim: c, ready: make(chan struct{}), start: start, local: local}
 	if dl, ok := ctx.Deadline(); ok {
 		w.deadline = dl
 	}
@@ -235,12 +296,14 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (store.Permit, e
 		if w.state == granted {
 			s.giveBack(w.permit)
 		}
+		s.giveBackLocal(w.local)
 		return store.Permit{}, werr
 	}
 	w.state = abandoned
 	q.remove(w)
 	s.mu.Unlock()
 	q.kick()
+	s.giveBackLocal(w.local)
 	return store.Permit{}, werr
 }
 
@@ -248,11 +311,19 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (store.Permit, e
 func (s *Store) settled(ctx context.Context, w *waiter) (store.Permit, error) {
 	switch w.state {
 	case granted:
+		if h, ok := w.permit.Handle.(*permit); ok {
+			h.local = w.local
+		}
 		w.permit.Waited = time.Since(w.start)
 		return w.permit, nil
 	case handedOver:
+		if w.local != nil {
+			s.localGrants.Add(1)
+			return store.Permit{Bucket: w.local.Bucket, Waited: time.Since(w.start), Handle: &localPermit{p: *w.local}}, nil
+		}
 		return s.acquireLocal(ctx, w.claim, w.start)
 	default:
+		s.giveBackLocal(w.local)
 		return store.Permit{}, w.err
 	}
 }
@@ -263,7 +334,8 @@ func (s *Store) giveBack(p store.Permit) {
 	if !ok {
 		return
 	}
-	_ = s.apply(context.Background(), h, store.Update{
+	s.giveBackLocal(h.local)
+	_ = s.enqueue(h, store.Update{
 		Credential: h.cred, Route: h.route, Major: h.major, Global: h.global,
 	})
 }
@@ -275,16 +347,27 @@ type permit struct {
 	hash               string // the learned hash, for kindLearned
 	member             string // the permit's id in the pending and global sets
 	global             bool
+	local              *store.Permit // the local limiter's grant too, during a grace period
 }
 
 // localPermit is the Handle of a permit granted by the local limiter.
 type localPermit struct{ p store.Permit }
 
-// Update implements [store.Store]. It applies u in one script call, even
-// when ctx is done. Permits granted by the local limiter go back to it.
+// Update implements [store.Store]. It never waits for Redis: the update of
+// a permit granted through Redis joins the Store's outbox, which a
+// goroutine of the Store writes to Redis in order, several updates per
+// round trip, even when ctx is done; queues of this process that wait for
+// it are woken once it is written. Permits granted by the local limiter go
+// back to it at once. Update returns [store.ErrClosed] after Close, and
+// otherwise nil: updates that Redis cannot take yet stay queued (see
+// [WithOutboxLimit]).
 func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) error {
 	s.mu.Lock()
 	closed := s.closed
+	if !closed {
+		s.noteWindow(&u)
+	}
+	window := s.windows[u.Credential+"\x00"+u.Route]
 	s.mu.Unlock()
 	if closed {
 		return store.ErrClosed
@@ -294,40 +377,35 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	}
 	switch h := p.Handle.(type) {
 	case *localPermit:
-		return s.local.Update(ctx, h.p, s.localUpdate(u))
+		return s.local.Update(ctx, h.p, s.localUpdate(u, window))
 	case *permit:
-		return s.apply(context.WithoutCancel(ctx), h, u)
+		if h.local != nil {
+			_ = s.local.Update(ctx, *h.local, s.localUpdate(u, window))
+		}
+		return s.enqueue(h, u)
 	default:
 		// Not a permit of this Store: learn from the response without
 		// releasing any slot.
 		h2 := &permit{cred: u.Credential, route: u.Route, major: u.Major, kind: kindNoPermit}
-		return s.apply(context.WithoutCancel(ctx), h2, u)
+		return s.enqueue(h2, u)
 	}
 }
 
-// apply writes the update u of the permit h in one step call.
-func (s *Store) apply(ctx context.Context, h *permit, u store.Update) error {
+// apply adds to the pipeline p the step call that writes the updates g, all
+// of one credential, in order: EVALSHA, or EVAL when eval is true.
+func (s *Store) apply(ctx context.Context, p redis.Pipeliner, g []*update, eval bool) {
 	var st step
-	gid, tid := st.update(s, h, u)
-	v, err := st.run(ctx, s.client, s.clockArg()).Result()
-	var wake int64
-	if err == nil {
-		var r stepReply
-		if r, err = parseStep(v, 1, false); err == nil {
-			wake = r.wakes[0]
+	for _, it := range g {
+		gid, tid := st.update(s, it.h, it.u)
+		it.bid = gid
+		if it.u.Sent {
+			it.bid = tid
 		}
 	}
-	if err != nil {
-		s.failed(err)
-		return fmt.Errorf("%w: update: %w", ErrUnavailable, err)
+	cmd := st.send(ctx, p, s.clockArg(), eval)
+	for _, it := range g {
+		it.cmd = cmd
 	}
-	bid := gid
-	if u.Sent {
-		s.learn(h.cred, u)
-		bid = tid
-	}
-	s.wake(h.cred, bid, wake)
-	return nil
 }
 
 // learn records in the process-local cache what u taught about its route,
@@ -375,8 +453,12 @@ func (s *Store) wake(cred, bid string, wake int64) {
 }
 
 // Close implements [store.Store]: it releases every waiter with
-// [store.ErrClosed], stops the Store's goroutines and waits for them. It
-// does not close the Redis client. Close is idempotent.
+// [store.ErrClosed], stops the Store's goroutines and waits for them, then
+// writes what it can of the outbox within twice the call timeout and drops
+// the rest, logging how many. With a client that ignores context deadlines
+// (go-redis without ContextTimeoutEnabled), Close may also wait for a call
+// in flight until the client's own timeouts end it. It does not close the
+// Redis client. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -388,6 +470,9 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.mu.Unlock()
 	s.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.callTimeout)
+	s.flush(ctx)
+	cancel()
 	return s.local.Close()
 }
 

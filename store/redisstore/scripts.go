@@ -223,10 +223,21 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n int, prefix, qid
 	st.claims = true
 }
 
-// run sends the step through c (a client, or a pipeline).
+// run sends the step through c: EVALSHA, and EVAL if Redis lacks the
+// script.
 func (st *step) run(ctx context.Context, c redis.Scripter, clock int64) *redis.Cmd {
 	st.args[0], st.args[1] = st.n, flag(st.claims)
 	return stepScript.Run(ctx, c, st.keys, append(st.args, clock)...)
+}
+
+// send adds the step to the pipeline p: EVALSHA, or EVAL when eval is true
+// (a pipeline cannot fall back from one to the other by itself).
+func (st *step) send(ctx context.Context, p redis.Pipeliner, clock int64, eval bool) *redis.Cmd {
+	st.args[0], st.args[1] = st.n, flag(st.claims)
+	if eval {
+		return stepScript.Eval(ctx, p, st.keys, append(st.args, clock)...)
+	}
+	return stepScript.EvalSha(ctx, p, st.keys, append(st.args, clock)...)
 }
 
 // stepReply is the parsed reply of step.lua.

@@ -1,0 +1,233 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// errStalled reports a Redis call that did not answer within the call
+// timeout ([WithCallTimeout]).
+var errStalled = errors.New("redisstore: no answer within the call timeout")
+
+// unavailable wraps the cause of a failed Redis call for a waiter.
+func unavailable(what string, err error) *store.WaitError {
+	return &store.WaitError{Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)}
+}
+
+// bounded runs f with a context that ends after the call timeout; f's
+// Redis calls end then when the client honours context deadlines (go-redis'
+// ContextTimeoutEnabled). Whether or not it does, stalled is called once the
+// timeout has passed with f still running, on a timer's goroutine while f
+// goes on, so that the failure policy applies on time even with a client
+// that waits out longer socket timeouts and retries. bounded returns once
+// both f and stalled (if called) have returned; it reports whether stalled
+// was called, and f's error.
+func (s *Store) bounded(parent context.Context, f func(ctx context.Context) error, stalled func()) (bool, error) {
+	ctx, cancel := context.WithTimeout(parent, s.callTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	t := time.AfterFunc(s.callTimeout, func() {
+		defer close(done)
+		s.stalls.Add(1)
+		stalled()
+	})
+	err := f(ctx)
+	if t.Stop() {
+		return false, err
+	}
+	<-done
+	return true, err
+}
+
+// call runs f for the driver of q within the call timeout. When Redis does
+// not answer in time, the failure policy applies at once, while f may go
+// on: under [FailOpen] the Store falls back to its local limiter (failed
+// hands every waiter over); under [FailClosed] the waiters of q fail with
+// [ErrUnavailable], and so do the new ones until f returns.
+func (s *Store) call(q *lqueue, f func(ctx context.Context) error) (bool, error) {
+	stalled, err := s.bounded(s.ctx, f, func() {
+		s.failed(errStalled)
+		if s.policy != FailClosed {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		q.stalled = true
+		for _, w := range q.waiters {
+			w.err = unavailable("claim", errStalled)
+			q.settle(w, failed)
+		}
+		clear(q.waiters)
+		q.waiters = q.waiters[:0]
+	})
+	if stalled {
+		s.mu.Lock()
+		q.stalled = false
+		s.mu.Unlock()
+	}
+	return stalled, err
+}
+
+const (
+	// maxHold bounds the windows that the hold-off after a fallback and the
+	// grace period after a recovery cover.
+	maxHold = time.Minute
+	// graceMargin is added to the hold-off and the grace period.
+	graceMargin = 250 * time.Millisecond
+)
+
+// noteWindow records how long the window or pause that u reports may stay
+// open, up to maxHold, for the hold-off and the grace period; s.mu must be
+// held.
+func (s *Store) noteWindow(u *store.Update) {
+	d := max(u.ResetAfter, u.RetryAfter)
+	if d <= 0 {
+		return
+	}
+	d = min(store.ClampDuration(d)+store.ClampDuration(u.Offset), maxHold)
+	key := u.Credential + "\x00" + u.Route
+	old, ok := s.windows[key]
+	if ok && old >= d {
+		return
+	}
+	if !ok && len(s.windows) >= maxGuesses {
+		clear(s.windows)
+	}
+	s.windows[key] = d
+	s.longest = max(s.longest, d)
+}
+
+// globalSpan is how long a global slot of c may count against the global
+// window: the window, plus the offset by which the request may reach
+// Discord after its grant.
+func globalSpan(c *store.Claim) time.Duration {
+	w := c.GlobalWindow
+	if w <= 0 {
+		w = store.DefaultGlobalWindow
+	}
+	return min(w+store.ClampDuration(c.Offset), maxHold)
+}
+
+// holdOff waits after a fallback until every window that grants made
+// through Redis may have opened for c has closed: the global window when c
+// counts against it, and the longest window or pause this Store saw on c's
+// route (on any route when it saw none on this one), counted from the
+// fallback, plus c's offset and a margin. The local limiter knows nothing of the slots that other
+// processes took through Redis: without this wait it would add its share
+// to windows they filled.
+func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
+	s.mu.Lock()
+	fell := s.fellAt
+	w, ok := s.windows[c.Credential+"\x00"+c.Route]
+	if !ok {
+		w = s.longest
+	}
+	s.mu.Unlock()
+	if c.Global {
+		w = max(w, globalSpan(c))
+	}
+	// A request granted through Redis just before the fallback may reach
+	// Discord up to the claim's offset later, and later still on a busy
+	// host: add the offset and a margin.
+	w += store.ClampDuration(c.Offset) + graceMargin
+	now := time.Now()
+	until := fell.Add(w)
+	if fell.IsZero() || !until.After(now) {
+		return nil
+	}
+	d := until.Sub(now)
+	// Every waiter of the route wakes at once: one whose deadline leaves
+	// no time to reach Discord (the claim's offset) fails now, rather than
+	// take a slot its request may use on its way out, and hand the next
+	// one over when it fails.
+	if err := store.CheckWait(ctx, c, now, d+store.ClampDuration(c.Offset)); err != nil {
+		return &store.WaitError{RetryAfter: d, Err: err}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var err error
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-c.Done:
+		err = store.ErrClosed
+	case <-s.done:
+		err = store.ErrClosed
+	}
+	return &store.WaitError{RetryAfter: time.Until(until), Err: err}
+}
+
+// inGrace reports whether the Store is in the grace period that follows a
+// return to Redis, during which a request needs a grant of the local
+// limiter as well; s.mu must be held.
+func (s *Store) inGrace(now time.Time) bool {
+	return now.Before(s.graceUntil)
+}
+
+// recovered switches the Store back to Redis with a grace period long
+// enough for every process to have recovered (one probe interval and one
+// call timeout) and for every window opened by a local limiter to have
+// closed (the longest window seen, up to maxHold); s.mu must be held.
+func (s *Store) recovered(now time.Time) {
+	w := max(s.longest, s.span)
+	s.graceUntil = now.Add(s.probeEvery + s.callTimeout + w + graceMargin)
+	s.probing = false
+	s.degraded.Store(false)
+}
+
+// giveBackLocal returns a local permit nobody will use.
+func (s *Store) giveBackLocal(p *store.Permit) {
+	if p != nil {
+		_ = s.local.Update(context.Background(), *p, store.Update{})
+	}
+}
+
+// answered reports whether a failed call is known not to have run: Redis
+// answered with an error, or the connection was never made. Otherwise (a
+// timeout, a connection lost) the command may have reached Redis, which
+// runs it when it can, even after a stall.
+func answered(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return true
+	}
+	var oerr *net.OpError
+	return errors.As(err, &oerr) && oerr.Op == "dial"
+}
+
+// orphans gives back, through the outbox, the slots that a claim of n
+// waiters like head with permit ids prefix+i may have been granted when
+// its reply was lost: Redis may run it late, and nobody would report those
+// permits before the pending timeout. The claim named the bucket of guess
+// and the route's probe bucket; giving back a permit that was not granted
+// changes nothing.
+func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefix string) {
+	kinds := []int{kindProbe}
+	switch guess {
+	case "":
+	case noBucket:
+		kinds = append(kinds, kindNone)
+	default:
+		kinds = append(kinds, kindLearned)
+	}
+	for i := 1; i <= n; i++ {
+		for _, kind := range kinds {
+			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major,
+				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global}
+			if kind == kindLearned {
+				h.hash = guess
+			}
+			_ = s.enqueue(h, store.Update{Credential: h.cred, Route: h.route, Major: h.major, Global: h.global})
+		}
+	}
+}
