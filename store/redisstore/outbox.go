@@ -40,6 +40,7 @@ type outbox struct {
 	change   chan struct{}     // closed and replaced when written or failures change
 	dropped  uint64
 	running  bool // the writer goroutine was started
+	busy     bool // a write is under way: the writer's, or a claim's that took the updates
 
 	kick  chan struct{} // capacity 1: an update joined
 	retry chan struct{} // capacity 1: Redis answers again, retry now
@@ -192,17 +193,42 @@ func (s *Store) write() {
 			t.Stop()
 		}
 		o.mu.Lock()
+		for o.busy {
+			ch := o.change
+			o.mu.Unlock()
+			select {
+			case <-ch:
+			case <-s.done:
+				return
+			}
+			o.mu.Lock()
+		}
 		batch := append([]*update(nil), o.items[:min(len(o.items), s.maxBatch)]...)
+		o.busy = len(batch) > 0
 		o.mu.Unlock()
 		if len(batch) == 0 {
 			select {
 			case <-o.kick:
-				continue
 			case <-s.done:
 				return
 			}
+			// Give the claim the process is likely to make next the
+			// chance to carry the update: one round trip for both.
+			t := time.NewTimer(flushDelay)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
+			}
+			continue
 		}
-		if err := s.writeBatch(s.ctx, batch, false); err != nil {
+		err := s.writeBatch(s.ctx, batch, false)
+		o.mu.Lock()
+		o.busy = false
+		o.broadcast()
+		o.mu.Unlock()
+		if err != nil {
 			if s.ctx.Err() != nil {
 				return
 			}
@@ -211,6 +237,60 @@ func (s *Store) write() {
 		}
 		backoff = 0
 	}
+}
+
+// flushDelay is how long an update waits for a claim to carry it before
+// the writer sends it alone.
+const flushDelay = 2 * time.Millisecond
+
+// take hands a claim of credential cred the queued updates, so that they
+// travel with it in one round trip, when every queued update is cred's
+// (the outbox is written in order), there are at most max of them, and no
+// write is under way. The claim must then call taken with the outcome.
+func (o *outbox) take(cred string, max int) []*update {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.busy || len(o.items) == 0 || len(o.items) > max {
+		return nil
+	}
+	for _, it := range o.items {
+		if it.h.cred != cred {
+			return nil
+		}
+	}
+	o.busy = true
+	return append([]*update(nil), o.items...)
+}
+
+// taken ends the write of updates a claim took: when ok, Redis applied
+// them (wakes holds their replies) and they leave the outbox; otherwise
+// they stay, for the writer to send again.
+func (s *Store) taken(ups []*update, wakes []int64, ok bool) {
+	if ok {
+		for _, it := range ups {
+			if it.u.Sent {
+				s.learn(it.h.cred, it.u)
+			}
+		}
+	}
+	o := &s.out
+	o.mu.Lock()
+	if ok {
+		if last := ups[len(ups)-1].seq; last >= o.written {
+			o.written = last + 1
+			o.forget()
+		}
+		o.failing = false
+	}
+	o.busy = false
+	o.broadcast()
+	o.mu.Unlock()
+	if ok {
+		for i, it := range ups {
+			s.wake(it.h.cred, it.bid, wakes[i])
+		}
+	}
+	poke(o.kick)
 }
 
 // writeBatch writes batch in one pipeline of update script calls and

@@ -197,27 +197,34 @@ func (s *Store) drive(q *lqueue) {
 
 		// The claim must see every update of the credential handed to the
 		// outbox so far (a 429's pause, a slot given back, a learned
-		// bucket).
-		if waited, ok := s.synced(q.key.cred); !ok {
-			if s.ctx.Err() != nil {
-				continue // closing
+		// bucket): it carries them, or waits until they are written.
+		ups := s.out.take(q.key.cred, s.maxBatch)
+		if ups == nil {
+			if waited, ok := s.synced(q.key.cred); !ok {
+				if s.ctx.Err() != nil {
+					continue // closing
+				}
+				if s.policy == FailClosed {
+					s.fail(q, &head, unavailable("update", errOutbox))
+				}
+				s.sleep(q, s.poll)
+				continue
+			} else if waited {
+				s.mu.Lock()
+				guess = s.guesses[q.key.cred+"\x00"+q.key.route]
+				s.mu.Unlock()
 			}
-			if s.policy == FailClosed {
-				s.fail(q, &head, unavailable("update", errOutbox))
-			}
-			s.sleep(q, s.poll)
-			continue
-		} else if waited {
-			s.mu.Lock()
-			guess = s.guesses[q.key.cred+"\x00"+q.key.route]
-			s.mu.Unlock()
 		}
 		prefix := s.nextID() + ":"
 		var r claimReply
+		var wakes []int64
 		stalled, err := s.call(q, func(ctx context.Context) (err error) {
-			r, err = s.claim(ctx, &head, guess, n, prefix, q.id)
+			r, wakes, err = s.claim(ctx, &head, guess, n, prefix, q.id, ups)
 			return err
 		})
+		if ups != nil {
+			s.taken(ups, wakes, err == nil)
+		}
 		if err != nil {
 			if s.ctx.Err() != nil {
 				continue // closing
@@ -305,15 +312,24 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 }
 
 // claim runs claim.lua for up to n waiters like c.
-func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n int, prefix, qid string) (claimReply, error) {
+// The updates ups, all of c's credential and in order, are applied first,
+// in the same call; their replies are the wakes.
+func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n int, prefix, qid string, ups []*update) (claimReply, []int64, error) {
 	var st step
+	for _, it := range ups {
+		gid, tid := st.update(s, it.h, it.u, it.seq)
+		it.bid = gid
+		if it.u.Sent {
+			it.bid = tid
+		}
+	}
 	st.claim(s, c, guess, n, prefix, qid)
 	v, err := st.run(ctx, s.client, s.clockArg()).Result()
 	if err != nil {
-		return claimReply{}, err
+		return claimReply{}, nil, err
 	}
-	r, err := parseStep(v, 0, true)
-	return r.claim, err
+	r, err := parseStep(v, len(ups), true)
+	return r.claim, r.wakes, err
 }
 
 // grant hands the slots of r to the waiters at the front of q and gives

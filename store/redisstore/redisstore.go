@@ -396,7 +396,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 func (s *Store) apply(ctx context.Context, p redis.Pipeliner, g []*update, eval bool) {
 	var st step
 	for _, it := range g {
-		gid, tid := st.update(s, it.h, it.u)
+		gid, tid := st.update(s, it.h, it.u, it.seq)
 		it.bid = gid
 		if it.u.Sent {
 			it.bid = tid

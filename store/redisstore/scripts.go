@@ -151,13 +151,13 @@ func (st *step) begin(s *Store, cred string) {
 	}
 	k := s.keysOf(cred)
 	st.cred = cred
-	st.keys = []string{k.routes(), k.cred(), k.global(), k.probes()}
-	st.args = []any{0, 0}
+	st.keys = []string{k.routes(), k.cred(), k.global(), k.probes(), k.applied()}
+	st.args = []any{0, 0, s.id}
 }
 
-// update adds the update u of permit h and returns the ids of the bucket
-// h was granted from and of the bucket u concerns.
-func (st *step) update(s *Store, h *permit, u store.Update) (gid, tid string) {
+// update adds the update u of permit h, this Store's seq-th, and returns
+// the ids of the bucket h was granted from and of the bucket u concerns.
+func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, tid string) {
 	st.begin(s, h.cred)
 	k := s.keysOf(h.cred)
 	gid = bucketID(h.kind, h.hash, h.route, h.major)
@@ -179,7 +179,7 @@ func (st *step) update(s *Store, h *permit, u store.Update) (gid, tid string) {
 	if cooldown > 0 {
 		cooldownMs = millis(store.ClampDuration(cooldown))
 	}
-	st.args = append(st.args,
+	st.args = append(st.args, seq,
 		u.Route, h.member, flag(u.Sent), u.Status, u.Bucket, flag(u.HasLimit),
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),

@@ -7,19 +7,26 @@
 --   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 probes    HASH  major digest -> probe requests in flight
+--   5 applied   HASH  process id -> sequence number of its last update applied
 --   then, per update, 3 keys: dead, gbucket, tbucket (see update below)
 --   then, with a claim, 5 keys: dead, bucket, tickets, ticketexp, pbucket
 -- ARGV:
---   1 number of updates     2 claim (1/0)
---   then, per update, UPDATE_ARGS arguments; then, with a claim,
---   CLAIM_ARGS arguments; last, the clock (ms, 0: Redis TIME)
+--   1 number of updates     2 claim (1/0)            3 process id
+--   then, per update, its sequence number and UPDATE_ARGS arguments; then,
+--   with a claim, CLAIM_ARGS arguments; last, the clock (ms, 0: Redis TIME)
 -- Reply: {n, wake_1 .. wake_n, claim reply...}: each update's wake (see
 -- update), then, with a claim, the claim's reply.
+--
+-- An update is applied once: a process numbers its updates in order, and
+-- one it sends again (after a call that timed out but ran) is skipped.
 
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
 local UPDATE_ARGS, CLAIM_ARGS = 20, 15
+-- How long a process's last applied update is remembered: longer than any
+-- update waits to be sent again.
+local APPLIED_TTL = 3600 * 1000
 
 -- update applies what the response to one permit taught.
 --
@@ -420,16 +427,28 @@ local function claim(K, A)
   return {0, k, kind, ticket, delay}
 end
 
-local nu, withClaim = tonumber(ARGV[1]), ARGV[2] == '1'
+local nu, withClaim, proc = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]
 local reply = {nu}
-local k, a = 5, 3
+local k, a = 6, 4
+local last = tonumber(redis.call('HGET', KEYS[5], proc)) or -1
+local applied = last
 for i = 1, nu do
+  local seq = tonumber(ARGV[a])
   local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4]}
   local A = {}
-  for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j - 1] end
-  local r = update(K, A)
-  reply[i + 1] = r[2]
-  k, a = k + 3, a + UPDATE_ARGS
+  for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j] end
+  if seq > last then
+    local r = update(K, A)
+    reply[i + 1] = r[2]
+    applied = math.max(applied, seq)
+  else
+    reply[i + 1] = -1
+  end
+  k, a = k + 3, a + 1 + UPDATE_ARGS
+end
+if applied > last then
+  redis.call('HSET', KEYS[5], proc, applied)
+  redis.call('PEXPIRE', KEYS[5], APPLIED_TTL)
 end
 if withClaim then
   local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4]}
