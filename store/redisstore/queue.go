@@ -248,6 +248,7 @@ func (s *Store) drive(q *lqueue) {
 			s.mu.Unlock()
 		case replyRefuse:
 			werr := &store.WaitError{Scope: store.ScopeGuard, RetryAfter: time.Duration(r.retry) * time.Millisecond}
+			key := head.Credential
 			switch r.reason {
 			case 1:
 				werr.Err = store.ErrInvalidBudget
@@ -255,7 +256,9 @@ func (s *Store) drive(q *lqueue) {
 				werr.Err = store.ErrUnauthorized
 			default:
 				werr.Err = store.ErrWebhookGone
+				key += "\x00" + head.Major
 			}
+			s.refused(key, werr)
 			s.fail(q, &head, werr)
 		case replyGrant:
 			idle = 0

@@ -32,7 +32,8 @@ type Store struct {
 	mu      sync.Mutex // guards queues, byCred, guesses, closed, probing and the fields up to span
 	queues  map[qkey]*lqueue
 	byCred  map[string]map[*lqueue]struct{}
-	guesses map[string]string // credential NUL route -> last known hash
+	guesses map[string]string  // credential NUL route -> last known hash
+	refusal map[string]refusal // credential (NUL major, for webhooks) -> a cooldown Redis reported
 	closed  bool
 	probing bool
 
@@ -112,6 +113,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		queues:         make(map[qkey]*lqueue),
 		byCred:         make(map[string]map[*lqueue]struct{}),
 		guesses:        make(map[string]string),
+		refusal:        make(map[string]refusal),
 		windows:        make(map[string]time.Duration),
 		out:            newOutbox(),
 		client:         client,
@@ -211,6 +213,9 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 	default:
 	}
 	if err := s.refuseInvalid(&c); err != nil {
+		return store.Permit{}, err
+	}
+	if err := s.refuseKnown(&c); err != nil {
 		return store.Permit{}, err
 	}
 	start := time.Now()
@@ -406,6 +411,47 @@ func (s *Store) apply(ctx context.Context, p redis.Pipeliner, g []*update, eval 
 	for _, it := range g {
 		it.cmd = cmd
 	}
+}
+
+// refusal is a cooldown that Redis reported (a 401 or a gone webhook), kept
+// so that the process refuses the next requests without asking again.
+type refusal struct {
+	until time.Time
+	err   *store.WaitError
+}
+
+// refused remembers a cooldown Redis reported for key.
+func (s *Store) refused(key string, err *store.WaitError) {
+	if err.RetryAfter <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.refusal[key]; !ok && len(s.refusal) >= maxGuesses {
+		clear(s.refusal)
+	}
+	s.refusal[key] = refusal{until: time.Now().Add(err.RetryAfter), err: err}
+}
+
+// refuseKnown refuses c while a cooldown reported for its credential (or
+// its webhook) lasts, without a round trip.
+func (s *Store) refuseKnown(c *store.Claim) error {
+	key := c.Credential
+	if c.TokenAuth {
+		key += "\x00" + c.Major
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.refusal[key]
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	if !now.Before(r.until) {
+		delete(s.refusal, key)
+		return nil
+	}
+	return &store.WaitError{Scope: r.err.Scope, RetryAfter: r.until.Sub(now), Err: r.err.Err}
 }
 
 // learn records in the process-local cache what u taught about its route,
