@@ -190,6 +190,5 @@ func (cr *cred) idle(now int64) bool {
 	if !cr.globalQ.empty() || cr.alarm.armed() || now < cr.m.Pause || now < cr.m.Unauthorized {
 		return false
 	}
-	t, ok := cr.global.newest()
-	return !ok || now-t > cr.global.window
+	return cr.global.empty(now)
 }

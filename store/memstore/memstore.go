@@ -102,7 +102,7 @@ type cred struct {
 	id       string
 	routes   map[string]*route
 	buckets  map[bkey]*bucket
-	global   ring
+	global   window
 	globalQ  queue // waiters that hold their bucket slot and wait for the global window
 	m        model.Cred
 	dead     map[string]int64 // token-authenticated majors that answered 401 or 404
@@ -156,10 +156,9 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
 	if c.Global {
-		cr.global.resize(globalLimit(c))
-		cr.global.window = globalWindow(c)
+		cr.global.configure(now, globalLimit(c), globalWindow(c))
 	}
-	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now, globalWindow(c))) {
+	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now)) {
 		p := s.grant(cr, b, c, now)
 		s.mu.Unlock()
 		return p, nil
@@ -183,7 +182,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	} else {
 		w.stage = stageGlobal
 		cr.globalQ.push(w)
-		s.pumpGlobal(cr, now, globalWindow(c))
+		s.pumpGlobal(cr, now)
 	}
 	s.mu.Unlock()
 	return s.wait(ctx, c, cr, w, start)
@@ -225,12 +224,12 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	if !s.closed {
 		werr.RetryAfter = ms(s.estimate(cr, w.b, c, now))
 	}
-	s.abandon(cr, w, now, globalWindow(c))
+	s.abandon(cr, w, now)
 	return store.Permit{}, werr
 }
 
 // abandon takes w out of line and gives back what it holds.
-func (s *Store) abandon(cr *cred, w *waiter, now int64, window int64) {
+func (s *Store) abandon(cr *cred, w *waiter, now int64) {
 	switch w.stage {
 	case stageBucket:
 		w.b.q.remove(w)
@@ -254,7 +253,7 @@ func (s *Store) abandon(cr *cred, w *waiter, now int64, window int64) {
 	if w.b != nil {
 		s.pumpBucket(w.b, now)
 	}
-	s.pumpGlobal(cr, now, window)
+	s.pumpGlobal(cr, now)
 }
 
 // grant takes a slot from b (if any) and from the global window (if global)
@@ -265,7 +264,7 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) store.Perm
 	}
 	p := store.Permit{Bucket: hashOf(b), Handle: handle(b)}
 	if c.Global {
-		p.Token = cr.global.push(now + millis(store.ClampDuration(c.Offset)))
+		p.Token = cr.global.push(now, now+millis(store.ClampDuration(c.Offset)))
 	}
 	return p
 }
@@ -293,7 +292,7 @@ func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now int64) int64 {
 	}
 	if c.Global {
 		at = max(at, cr.m.Pause)
-		if t, full := cr.global.next(globalWindow(c)); full {
+		if t, full := cr.global.next(now); full {
 			at = max(at, t)
 		}
 	}
@@ -357,42 +356,35 @@ func (s *Store) enterGlobal(cr *cred, w *waiter, now int64) {
 	}
 	w.stage = stageGlobal
 	cr.globalQ.push(w)
-	s.pumpGlobal(cr, now, 0)
+	s.pumpGlobal(cr, now)
 }
 
 // pumpGlobal grants the credential's global waiters while the window allows.
-func (s *Store) pumpGlobal(cr *cred, now int64, window int64) {
+func (s *Store) pumpGlobal(cr *cred, now int64) {
 	if s.closed {
 		return
 	}
-	if window <= 0 {
-		window = cr.global.window
-	}
-	if window <= 0 {
-		window = millis(store.DefaultGlobalWindow)
-	}
 	for !cr.globalQ.empty() {
-		if !cr.globalReady(now, window) {
+		if !cr.globalReady(now) {
 			at := cr.m.Pause
-			if t, full := cr.global.next(window); full && t > at {
+			if t, full := cr.global.next(now); full && t > at {
 				at = t
 			}
 			s.armGlobal(cr, now, at)
 			return
 		}
 		w := cr.globalQ.pop()
-		w.token = cr.global.push(now + w.offset)
+		w.token = cr.global.push(now, now+w.offset)
 		w.stage = stageGranted
 		close(w.ready)
 	}
 }
 
-func (cr *cred) globalReady(now int64, window int64) bool {
-	cr.global.window = window
+func (cr *cred) globalReady(now int64) bool {
 	if now < cr.m.Pause {
 		return false
 	}
-	t, full := cr.global.next(window)
+	t, full := cr.global.next(now)
 	return !full || now >= t
 }
 
@@ -409,7 +401,7 @@ func (s *Store) armGlobal(cr *cred, now, at int64) {
 	if at <= now {
 		at = now + 1
 	}
-	s.wake(&cr.alarm, now, at, func() { s.pumpGlobal(cr, s.now(), 0) })
+	s.wake(&cr.alarm, now, at, func() { s.pumpGlobal(cr, s.now()) })
 }
 
 // alarm is a timer that only ever moves earlier.
@@ -475,7 +467,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.
-	cr.global.settle(p.Token, now)
+	cr.global.settle(p.Token, now, now)
 
 	offset := millis(store.ClampDuration(u.Offset))
 	retry := millis(store.ClampDuration(u.RetryAfter)) + offset
@@ -526,7 +518,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 			}
 		}
 	}
-	s.pumpGlobal(cr, now, 0)
+	s.pumpGlobal(cr, now)
 	return nil
 }
 
