@@ -9,8 +9,10 @@
 // the global limit then queue, in arrival order again, for the credential's
 // global window.
 //
-// Idle state is swept as the store grows, so memory stays bounded however
-// many distinct routes pass (every interaction token makes a new one).
+// Idle state is swept as the store grows and on a timer while it holds
+// state, and the number of credentials and routes kept is bounded (see
+// [WithMaxEntries]), so memory stays bounded however many distinct
+// credentials, routes and tokens pass.
 package memstore
 
 import (
@@ -26,17 +28,22 @@ import (
 // Store is an in-memory [store.Store]. The zero value is not usable; create
 // one with [New]. It is safe for concurrent use.
 type Store struct {
-	mu        sync.Mutex // guards every field below and all state reachable from creds
-	clock     clock.Clock
-	epoch     time.Time // the store's milliseconds count from here
-	creds     map[string]*cred
-	invalid   invalidLog
-	seq       uint64
-	closed    bool
-	done      chan struct{}
-	nbuckets  int
-	sweepAt   int
-	lastSweep int64
+	mu         sync.Mutex // guards every field below and all state reachable from creds
+	clock      clock.Clock
+	epoch      time.Time // the store's milliseconds count from here
+	creds      map[string]*cred
+	credsPeak  int // most credentials held since creds was last allocated
+	invalid    invalidLog
+	seq        uint64
+	closed     bool
+	done       chan struct{}
+	nbuckets   int
+	nroutes    int
+	maxEntries int
+	sweepAt    int
+	sweeps     int // sweeps run, for tests
+	lastSweep  int64
+	sweeper    alarm // sweeps while no request comes
 }
 
 var _ store.Store = (*Store)(nil)
@@ -57,14 +64,30 @@ func withClock(c clock.Clock) Option {
 	})
 }
 
+// WithMaxEntries bounds the number of credentials and routes the store
+// keeps to about n: beyond it, the least recently used routes are
+// forgotten, and the credentials left with nothing. State the limits still
+// need (requests in flight or waiting, pauses, open windows) is never
+// dropped, even beyond the bound. The default is [DefaultMaxEntries]; a
+// value below one is ignored.
+func WithMaxEntries(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n > 0 {
+			s.maxEntries = n
+		}
+	})
+}
+
 // New returns an empty Store. It starts no goroutine: timers run only while
-// requests wait.
+// requests wait, and while it holds state, a timer sweeps it every minute.
+// Call Close to stop them.
 func New(opts ...Option) *Store {
 	s := &Store{
-		clock:   clock.Real{},
-		creds:   make(map[string]*cred),
-		done:    make(chan struct{}),
-		sweepAt: minSweep,
+		clock:      clock.Real{},
+		creds:      make(map[string]*cred),
+		done:       make(chan struct{}),
+		sweepAt:    minSweep,
+		maxEntries: DefaultMaxEntries,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -87,16 +110,6 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 // millis converts d to milliseconds, rounding up.
 func millis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-const (
-	// minSweep is the bucket count below which no size-triggered sweep runs.
-	minSweep = 1024
-	// sweepEvery bounds the time between sweeps (ms).
-	sweepEvery = 60_000
-	// routeTTL is how long a learned route -> bucket mapping outlives its
-	// last use (ms).
-	routeTTL = 3_600_000
-)
-
 // cred is the state of one credential.
 type cred struct {
 	id       string
@@ -109,6 +122,8 @@ type cred struct {
 	probes   map[string]int64 // requests in flight on routes whose bucket is unknown, by major
 	alarm    alarm            // pumps the global queue when its window opens
 	lastUsed int64
+
+	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
 }
 
 type waiter struct {
@@ -305,6 +320,7 @@ func (s *Store) cred(id string, now int64) *cred {
 	if cr == nil {
 		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]int64)}
 		s.creds[id] = cr
+		s.armSweep(now)
 	}
 	cr.lastUsed = now
 	return cr
@@ -532,6 +548,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.sweeper.stop()
 	for _, cr := range s.creds {
 		cr.alarm.stop()
 		for _, b := range cr.buckets {
