@@ -1,7 +1,7 @@
 package memstore
 
 import (
-	"cmp"
+	"math"
 	"slices"
 )
 
@@ -15,8 +15,8 @@ import (
 // Its size does not grow with the limit. Up to exactMax requests it keeps
 // an exact log, one entry per request, which expires entries as they leave
 // the window: the default limit of 50 is always exact, to the millisecond.
-// Beyond exactMax it counts requests in time slices, a fixed array (see
-// slices), and returns to the log once nothing counts any more.
+// Beyond exactMax it counts requests in time slices, a fixed array of 256
+// counts (see sliced), and returns to the log once nothing counts any more.
 //
 // Grants return a token, which settle and remove use to find the request
 // again. A token the window no longer recognises (the request left the
@@ -25,6 +25,7 @@ import (
 // side of counting too much.
 type window struct {
 	log    []entry // exact mode: one entry per request that may count
+	logMin int64   // at most the earliest moment in log, so that counting looks at it only when it must
 	sl     *sliced // slice mode when not nil
 	lastID uint64  // last entry id handed out
 	epoch  uint64  // incremented each time slice mode starts, so stale slice tokens match nothing
@@ -45,8 +46,9 @@ const (
 	// from the end of its slice, at most width-1 ms late.
 	perWindow = 128
 	// sliceCount is the number of slices kept: one window behind now and,
-	// for bounds of requests still in flight, about one window ahead.
-	sliceCount = 2*perWindow + 4
+	// for bounds of requests still in flight, about one window ahead. (A
+	// power of two, for the modulo.)
+	sliceCount = 2 * perWindow
 
 	// A token with sliceToken set names a slice: the epoch above
 	// tokenEpochShift, the slice index below it. Other tokens are entry ids.
@@ -62,7 +64,7 @@ const (
 func (w *window) configure(now int64, limit int, span int64) {
 	w.limit = limit
 	if span != w.span && w.sl != nil {
-		w.sl.expire(now, w.span)
+		w.sl.expire(now)
 		w.epoch = (w.epoch + 1) & tokenEpochMask // the old slices are gone
 		w.sl.respan(now, span, w.epoch)
 	}
@@ -73,30 +75,34 @@ func (w *window) configure(now int64, limit int, span int64) {
 // longer do.
 func (w *window) counted(now int64) int {
 	if w.sl != nil {
-		n := w.sl.counted(now, w.span)
+		n := w.sl.counted(now)
 		if n == 0 {
 			w.sl = nil // back to the exact log, which is empty
 		}
 		return n
 	}
-	w.log = expire(w.log, now-w.span)
-	if len(w.log) == 0 {
-		w.log = nil
+	if cut := now - w.span; w.logMin <= cut {
+		w.log, w.logMin = expire(w.log, cut)
+		if len(w.log) == 0 {
+			w.log = nil
+		}
 	}
 	return len(w.log)
 }
 
 // expire removes the entries that count no longer at now (those at or
-// before cut = now - span) from log, keeping the order of the others.
-func expire(log []entry, cut int64) []entry {
-	out := log[:0]
+// before cut = now - span) from log, keeping the order of the others, and
+// returns the earliest moment left (math.MaxInt64 for none).
+func expire(log []entry, cut int64) ([]entry, int64) {
+	out, earliest := log[:0], int64(math.MaxInt64)
 	for _, e := range log {
 		if e.t > cut {
 			out = append(out, e)
+			earliest = min(earliest, e.t)
 		}
 	}
 	clear(log[len(out):])
-	return out
+	return out, earliest
 }
 
 // next reports whether the window is full at now and, if so, when a grant
@@ -137,9 +143,13 @@ func (w *window) push(now, bound int64) uint64 {
 		w.lastID = 1
 	}
 	if w.sl != nil {
-		return w.sl.add(now, w.span, entry{t: bound, id: w.lastID})
+		return w.sl.add(now, entry{t: bound, id: w.lastID})
+	}
+	if len(w.log) == 0 {
+		w.logMin = bound
 	}
 	w.log = append(w.log, entry{t: bound, id: w.lastID})
+	w.logMin = min(w.logMin, bound)
 	return w.lastID
 }
 
@@ -150,7 +160,7 @@ func (w *window) toSlices(now int64) {
 	for _, e := range w.log {
 		// Entries that land in a slice lose their token: if their request
 		// answers early, they still count from their bound.
-		w.sl.add(now, w.span, e)
+		w.sl.add(now, e)
 	}
 	w.log = nil
 }
@@ -162,11 +172,12 @@ func (w *window) settle(tok uint64, now, at int64) {
 		return
 	}
 	if w.sl != nil {
-		w.sl.settle(tok, now, w.span, at)
+		w.sl.settle(tok, now, at)
 		return
 	}
 	if i := find(w.log, tok); i >= 0 && at < w.log[i].t {
 		w.log[i].t = at
+		w.logMin = min(w.logMin, at)
 	}
 }
 
@@ -190,11 +201,22 @@ func (w *window) empty(now int64) bool { return w.counted(now) == 0 }
 // find returns the index of the entry with id in log, which is in the
 // order of ids (the order of grants), or -1.
 func find(log []entry, id uint64) int {
-	i, ok := slices.BinarySearchFunc(log, id, func(e entry, id uint64) int { return cmp.Compare(e.id, id) })
-	if !ok {
-		return -1
+	if len(log) > 0 && log[0].id == id {
+		return 0 // requests mostly answer in the order they were granted
 	}
-	return i
+	lo, hi := 0, len(log)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		switch {
+		case log[m].id == id:
+			return m
+		case log[m].id < id:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return -1
 }
 
 // sliced counts requests in slices of width ms: slice i holds the requests
@@ -212,31 +234,52 @@ func find(log []entry, id uint64) int {
 // the order of grants, hence of ids.
 type sliced struct {
 	n      [sliceCount]uint32 // counts by slice index modulo sliceCount
+	span   int64              // of the window
 	width  int64
+	behind int64 // slices behind now's that may count: ceil(span/width)+1
 	lo, hi int64 // lowest and highest slice index that may hold a count; lo > hi when none does
 	total  int   // sum of n
 	over   []entry
-	epoch  uint64
+	// overMin is at most the earliest moment in over (math.MaxInt64 when
+	// over is empty), so that expire looks at over only when it must.
+	overMin int64
+	epoch   uint64
 }
 
 func newSliced(span int64, epoch uint64) *sliced {
-	return &sliced{width: max(1, ceilDiv(span, perWindow)), lo: 1, hi: 0, epoch: epoch}
+	s := &sliced{lo: 1, hi: 0, overMin: math.MaxInt64, epoch: epoch}
+	s.setWidth(span, max(1, ceilDiv(span, perWindow)))
+	return s
+}
+
+func (s *sliced) setWidth(span, width int64) {
+	s.span, s.width = span, width
+	s.behind = ceilDiv(span, width) + 1
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // index returns the slice of moment t.
-func (s *sliced) index(t int64) int64 { return ceilDiv(t, s.width) }
-
-// ahead returns the highest slice index a request may be added to at now.
-func (s *sliced) ahead(now, span int64) int64 {
-	behind := ceilDiv(span, s.width) + 1 // slices that may count behind now's
-	return s.index(now) + sliceCount - 1 - behind
+func (s *sliced) index(t int64) int64 {
+	if s.width == 1 {
+		return t
+	}
+	return ceilDiv(t, s.width)
 }
 
+// ahead returns the highest slice index a request may be added to at now.
+func (s *sliced) ahead(now int64) int64 { return s.index(now) + sliceCount - 1 - s.behind }
+
 // expire drops the slices and overflow entries that count no longer at now.
-func (s *sliced) expire(now, span int64) {
-	cut := now - span // slice i counts while i*width > cut
+func (s *sliced) expire(now int64) {
+	cut := now - s.span // slice i counts while i*width > cut
+	if (s.lo > s.hi || s.lo*s.width > cut) && s.overMin > cut {
+		return // nothing to drop
+	}
+	s.drop(cut)
+}
+
+func (s *sliced) drop(cut int64) {
 	if s.lo <= s.hi && s.hi*s.width <= cut {
 		s.n = [sliceCount]uint32{}
 		s.lo, s.hi, s.total = 1, 0, 0
@@ -247,26 +290,27 @@ func (s *sliced) expire(now, span int64) {
 		*c = 0
 		s.lo++
 	}
-	if len(s.over) > 0 {
-		s.over = expire(s.over, cut)
+	if s.overMin <= cut {
+		s.over, s.overMin = expire(s.over, cut)
 	}
 }
 
 // counted returns how many requests count at now.
-func (s *sliced) counted(now, span int64) int {
-	s.expire(now, span)
+func (s *sliced) counted(now int64) int {
+	s.expire(now)
 	return s.total + len(s.over)
 }
 
 // add records request e at now and returns its token.
-func (s *sliced) add(now, span int64, e entry) uint64 {
-	s.expire(now, span)
+func (s *sliced) add(now int64, e entry) uint64 {
+	s.expire(now)
 	i := s.index(e.t)
-	if i*s.width <= now-span {
+	if i*s.width <= now-s.span {
 		return e.id // counts no longer: nothing to record
 	}
-	if i > s.ahead(now, span) {
+	if i > s.ahead(now) {
 		s.over = append(s.over, e)
+		s.overMin = min(s.overMin, e.t)
 		return e.id
 	}
 	s.count(i, 1)
@@ -295,24 +339,28 @@ func (s *sliced) slot(tok uint64) (int64, bool) {
 	return i, true
 }
 
-func (s *sliced) settle(tok uint64, now, span, at int64) {
-	s.expire(now, span)
+func (s *sliced) settle(tok uint64, now, at int64) {
+	s.expire(now)
 	if tok&sliceToken == 0 {
 		if j := find(s.over, tok); j >= 0 && at < s.over[j].t {
 			e := s.over[j]
 			s.over = slices.Delete(s.over, j, j+1)
 			e.t = at
-			s.add(now, span, e)
+			s.add(now, e)
 		}
 		return
 	}
 	i, ok := s.slot(tok)
-	if !ok || s.index(at) >= i {
+	if !ok {
+		return
+	}
+	j := s.index(at)
+	if j >= i {
 		return
 	}
 	s.n[i%sliceCount]--
 	s.total--
-	if j := s.index(at); j*s.width > now-span {
+	if j*s.width > now-s.span {
 		s.count(j, 1) // at <= now: within reach
 	}
 }
@@ -373,7 +421,7 @@ func (s *sliced) respan(now, span int64, epoch uint64) {
 	last, total := s.hi*s.width, s.total
 	s.n = [sliceCount]uint32{}
 	s.lo, s.hi, s.total = 1, 0, 0
-	s.width = max(1, ceilDiv(span, perWindow), ceilDiv(span+max(0, last-now), sliceCount-4))
+	s.setWidth(span, max(1, ceilDiv(span, perWindow), ceilDiv(span+max(0, last-now), sliceCount-4)))
 	if total > 0 {
 		s.count(s.index(last), uint32(total))
 	}

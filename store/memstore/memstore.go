@@ -471,7 +471,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 		cr = s.cred(u.Credential, now)
 	}
 	if !u.Sent {
-		cr.global.remove(p.Token)
+		if p.Token != 0 {
+			cr.global.remove(p.Token)
+		}
 		if granted != nil {
 			granted.giveBack(now)
 			s.pumpBucket(granted, now)
@@ -483,7 +485,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.
-	cr.global.settle(p.Token, now, now)
+	if p.Token != 0 {
+		cr.global.settle(p.Token, now, now)
+	}
 
 	offset := millis(store.ClampDuration(u.Offset))
 	retry := millis(store.ClampDuration(u.RetryAfter)) + offset
