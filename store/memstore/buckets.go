@@ -62,15 +62,23 @@ func (b *bucket) unprobe() {
 	}
 }
 
+// route returns what is known of route name, creating it, and marks it
+// used at now.
+func (s *Store) route(cr *cred, name string, now int64) *route {
+	r := cr.routes[name]
+	if r == nil {
+		r = &route{}
+		cr.routes[name] = r
+		s.nroutes++
+	}
+	r.seen = now
+	return r
+}
+
 // resolve returns the bucket a request on route and major counts against,
 // creating it.
 func (s *Store) resolve(cr *cred, routeName, major string, now int64) *bucket {
-	r := cr.routes[routeName]
-	if r == nil {
-		r = &route{}
-		cr.routes[routeName] = r
-	}
-	r.seen = now
+	r := s.route(cr, routeName, now)
 	if r.none {
 		// No bucket: only pauses (a Cloudflare block) and the global limit
 		// apply, through the credential's unlimited bucket.
@@ -124,11 +132,7 @@ func (s *Store) unlimited(cr *cred, now int64) *bucket {
 // bucket the response concerns: the one it names, the one it was granted
 // from, or nil when the route turned out to have none.
 func (s *Store) learn(cr *cred, granted *bucket, u *store.Update, now int64) *bucket {
-	r := cr.routes[u.Route]
-	if r == nil {
-		r = &route{seen: now}
-		cr.routes[u.Route] = r
-	}
+	r := s.route(cr, u.Route, now)
 	learned := model.LearnRoute(r.hash, r.none, u.Bucket, int64(u.Status), u.HasLimit)
 	switch learned {
 	case model.RouteLearned:
@@ -146,50 +150,4 @@ func (s *Store) learn(cr *cred, granted *bucket, u *store.Update, now int64) *bu
 		return nil // bound by the global limit only
 	}
 	return granted
-}
-
-// maybeSweep drops idle state when the store has doubled in size since the
-// last sweep, or a minute has passed.
-func (s *Store) maybeSweep(now int64) {
-	if s.nbuckets < s.sweepAt && now-s.lastSweep < sweepEvery {
-		return
-	}
-	s.sweep(now)
-	s.lastSweep = now
-	s.sweepAt = max(minSweep, 2*s.nbuckets)
-}
-
-// sweep removes buckets whose windows have fully reset and that nobody uses,
-// routes unused for routeTTL, and credentials left with nothing.
-func (s *Store) sweep(now int64) {
-	for id, cr := range s.creds {
-		for k, b := range cr.buckets {
-			if b.q.empty() && !b.alarm.armed() && b.Idle(now) {
-				b.removed = true
-				delete(cr.buckets, k)
-				s.nbuckets--
-			}
-		}
-		for name, r := range cr.routes {
-			if now-r.seen > routeTTL {
-				delete(cr.routes, name)
-			}
-		}
-		for m, until := range cr.dead {
-			if now >= until {
-				delete(cr.dead, m)
-			}
-		}
-		if len(cr.buckets) == 0 && len(cr.routes) == 0 && len(cr.dead) == 0 && cr.idle(now) {
-			delete(s.creds, id)
-		}
-	}
-}
-
-func (cr *cred) idle(now int64) bool {
-	if !cr.globalQ.empty() || cr.alarm.armed() || now < cr.m.Pause || now < cr.m.Unauthorized {
-		return false
-	}
-	t, ok := cr.global.newest()
-	return !ok || now-t > cr.global.window
 }

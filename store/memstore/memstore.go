@@ -9,8 +9,10 @@
 // the global limit then queue, in arrival order again, for the credential's
 // global window.
 //
-// Idle state is swept as the store grows, so memory stays bounded however
-// many distinct routes pass (every interaction token makes a new one).
+// Idle state is swept as the store grows and on a timer while it holds
+// state, and the number of credentials and routes kept is bounded (see
+// [WithMaxEntries]), so memory stays bounded however many distinct
+// credentials, routes and tokens pass.
 package memstore
 
 import (
@@ -26,17 +28,22 @@ import (
 // Store is an in-memory [store.Store]. The zero value is not usable; create
 // one with [New]. It is safe for concurrent use.
 type Store struct {
-	mu        sync.Mutex // guards every field below and all state reachable from creds
-	clock     clock.Clock
-	epoch     time.Time // the store's milliseconds count from here
-	creds     map[string]*cred
-	invalid   invalidLog
-	seq       uint64
-	closed    bool
-	done      chan struct{}
-	nbuckets  int
-	sweepAt   int
-	lastSweep int64
+	mu         sync.Mutex // guards every field below and all state reachable from creds
+	clock      clock.Clock
+	epoch      time.Time // the store's milliseconds count from here
+	creds      map[string]*cred
+	credsPeak  int // most credentials held since creds was last allocated
+	invalid    invalidLog
+	seq        uint64
+	closed     bool
+	done       chan struct{}
+	nbuckets   int
+	nroutes    int
+	maxEntries int
+	sweepAt    int
+	sweeps     int // sweeps run, for tests
+	lastSweep  int64
+	sweeper    alarm // sweeps while no request comes
 }
 
 var _ store.Store = (*Store)(nil)
@@ -57,14 +64,30 @@ func withClock(c clock.Clock) Option {
 	})
 }
 
+// WithMaxEntries bounds the number of credentials and routes the store
+// keeps to about n: beyond it, the least recently used routes are
+// forgotten, and the credentials left with nothing. State the limits still
+// need (requests in flight or waiting, pauses, open windows) is never
+// dropped, even beyond the bound. The default is [DefaultMaxEntries]; a
+// value below one is ignored.
+func WithMaxEntries(n int) Option {
+	return optionFunc(func(s *Store) {
+		if n > 0 {
+			s.maxEntries = n
+		}
+	})
+}
+
 // New returns an empty Store. It starts no goroutine: timers run only while
-// requests wait.
+// requests wait, and while it holds state, a timer sweeps it every minute.
+// Call Close to stop them.
 func New(opts ...Option) *Store {
 	s := &Store{
-		clock:   clock.Real{},
-		creds:   make(map[string]*cred),
-		done:    make(chan struct{}),
-		sweepAt: minSweep,
+		clock:      clock.Real{},
+		creds:      make(map[string]*cred),
+		done:       make(chan struct{}),
+		sweepAt:    minSweep,
+		maxEntries: DefaultMaxEntries,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -87,28 +110,20 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 // millis converts d to milliseconds, rounding up.
 func millis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
-const (
-	// minSweep is the bucket count below which no size-triggered sweep runs.
-	minSweep = 1024
-	// sweepEvery bounds the time between sweeps (ms).
-	sweepEvery = 60_000
-	// routeTTL is how long a learned route -> bucket mapping outlives its
-	// last use (ms).
-	routeTTL = 3_600_000
-)
-
 // cred is the state of one credential.
 type cred struct {
 	id       string
 	routes   map[string]*route
 	buckets  map[bkey]*bucket
-	global   ring
+	global   window
 	globalQ  queue // waiters that hold their bucket slot and wait for the global window
 	m        model.Cred
 	dead     map[string]int64 // token-authenticated majors that answered 401 or 404
 	probes   map[string]int64 // requests in flight on routes whose bucket is unknown, by major
 	alarm    alarm            // pumps the global queue when its window opens
 	lastUsed int64
+
+	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
 }
 
 type waiter struct {
@@ -156,10 +171,9 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
 	if c.Global {
-		cr.global.resize(globalLimit(c))
-		cr.global.window = globalWindow(c)
+		cr.global.configure(now, globalLimit(c), globalWindow(c))
 	}
-	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now, globalWindow(c))) {
+	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now)) {
 		p := s.grant(cr, b, c, now)
 		s.mu.Unlock()
 		return p, nil
@@ -183,7 +197,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	} else {
 		w.stage = stageGlobal
 		cr.globalQ.push(w)
-		s.pumpGlobal(cr, now, globalWindow(c))
+		s.pumpGlobal(cr, now)
 	}
 	s.mu.Unlock()
 	return s.wait(ctx, c, cr, w, start)
@@ -225,12 +239,12 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	if !s.closed {
 		werr.RetryAfter = ms(s.estimate(cr, w.b, c, now))
 	}
-	s.abandon(cr, w, now, globalWindow(c))
+	s.abandon(cr, w, now)
 	return store.Permit{}, werr
 }
 
 // abandon takes w out of line and gives back what it holds.
-func (s *Store) abandon(cr *cred, w *waiter, now int64, window int64) {
+func (s *Store) abandon(cr *cred, w *waiter, now int64) {
 	switch w.stage {
 	case stageBucket:
 		w.b.q.remove(w)
@@ -254,7 +268,7 @@ func (s *Store) abandon(cr *cred, w *waiter, now int64, window int64) {
 	if w.b != nil {
 		s.pumpBucket(w.b, now)
 	}
-	s.pumpGlobal(cr, now, window)
+	s.pumpGlobal(cr, now)
 }
 
 // grant takes a slot from b (if any) and from the global window (if global)
@@ -265,7 +279,7 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) store.Perm
 	}
 	p := store.Permit{Bucket: hashOf(b), Handle: handle(b)}
 	if c.Global {
-		p.Token = cr.global.push(now + millis(store.ClampDuration(c.Offset)))
+		p.Token = cr.global.push(now, now+millis(store.ClampDuration(c.Offset)))
 	}
 	return p
 }
@@ -293,7 +307,7 @@ func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now int64) int64 {
 	}
 	if c.Global {
 		at = max(at, cr.m.Pause)
-		if t, full := cr.global.next(globalWindow(c)); full {
+		if t, full := cr.global.next(now); full {
 			at = max(at, t)
 		}
 	}
@@ -306,6 +320,7 @@ func (s *Store) cred(id string, now int64) *cred {
 	if cr == nil {
 		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]int64)}
 		s.creds[id] = cr
+		s.armSweep(now)
 	}
 	cr.lastUsed = now
 	return cr
@@ -357,42 +372,35 @@ func (s *Store) enterGlobal(cr *cred, w *waiter, now int64) {
 	}
 	w.stage = stageGlobal
 	cr.globalQ.push(w)
-	s.pumpGlobal(cr, now, 0)
+	s.pumpGlobal(cr, now)
 }
 
 // pumpGlobal grants the credential's global waiters while the window allows.
-func (s *Store) pumpGlobal(cr *cred, now int64, window int64) {
+func (s *Store) pumpGlobal(cr *cred, now int64) {
 	if s.closed {
 		return
 	}
-	if window <= 0 {
-		window = cr.global.window
-	}
-	if window <= 0 {
-		window = millis(store.DefaultGlobalWindow)
-	}
 	for !cr.globalQ.empty() {
-		if !cr.globalReady(now, window) {
+		if !cr.globalReady(now) {
 			at := cr.m.Pause
-			if t, full := cr.global.next(window); full && t > at {
+			if t, full := cr.global.next(now); full && t > at {
 				at = t
 			}
 			s.armGlobal(cr, now, at)
 			return
 		}
 		w := cr.globalQ.pop()
-		w.token = cr.global.push(now + w.offset)
+		w.token = cr.global.push(now, now+w.offset)
 		w.stage = stageGranted
 		close(w.ready)
 	}
 }
 
-func (cr *cred) globalReady(now int64, window int64) bool {
-	cr.global.window = window
+func (cr *cred) globalReady(now int64) bool {
 	if now < cr.m.Pause {
 		return false
 	}
-	t, full := cr.global.next(window)
+	t, full := cr.global.next(now)
 	return !full || now >= t
 }
 
@@ -409,7 +417,7 @@ func (s *Store) armGlobal(cr *cred, now, at int64) {
 	if at <= now {
 		at = now + 1
 	}
-	s.wake(&cr.alarm, now, at, func() { s.pumpGlobal(cr, s.now(), 0) })
+	s.wake(&cr.alarm, now, at, func() { s.pumpGlobal(cr, s.now()) })
 }
 
 // alarm is a timer that only ever moves earlier.
@@ -463,7 +471,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 		cr = s.cred(u.Credential, now)
 	}
 	if !u.Sent {
-		cr.global.remove(p.Token)
+		if p.Token != 0 {
+			cr.global.remove(p.Token)
+		}
 		if granted != nil {
 			granted.giveBack(now)
 			s.pumpBucket(granted, now)
@@ -475,7 +485,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.
-	cr.global.settle(p.Token, now)
+	if p.Token != 0 {
+		cr.global.settle(p.Token, now, now)
+	}
 
 	offset := millis(store.ClampDuration(u.Offset))
 	retry := millis(store.ClampDuration(u.RetryAfter)) + offset
@@ -526,7 +538,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 			}
 		}
 	}
-	s.pumpGlobal(cr, now, 0)
+	s.pumpGlobal(cr, now)
 	return nil
 }
 
@@ -540,6 +552,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.sweeper.stop()
 	for _, cr := range s.creds {
 		cr.alarm.stop()
 		for _, b := range cr.buckets {

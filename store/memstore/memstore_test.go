@@ -219,6 +219,54 @@ func TestMemoryBoundedDistinctRoutes(t *testing.T) {
 	}
 }
 
+// TestBoundKeepsActiveState fills a store bounded to 100 credentials and
+// routes with 2,000 credentials whose global windows are full. The store
+// keeps them all, beyond the bound, so each still waits for its window;
+// it sweeps a few times, not on every request; and once the windows have
+// passed, the bound applies again.
+func TestBoundKeepsActiveState(t *testing.T) {
+	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := New(withClock(clk), WithMaxEntries(100))
+	t.Cleanup(func() { s.Close() })
+	const n = 2000
+	c := claim("POST /channels/:id/messages", "channels/1")
+	c.Global, c.GlobalLimit, c.GlobalWindow = true, 1, time.Second
+	for i := range n {
+		c.Credential = fmt.Sprintf("cred-%d", i)
+		update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
+	}
+	s.mu.Lock()
+	creds, sweeps := len(s.creds), s.sweeps
+	s.mu.Unlock()
+	if creds != n {
+		t.Fatalf("%d credentials held with a bound of 100; want all %d, whose windows are full", creds, n)
+	}
+	if sweeps > 20 {
+		t.Errorf("%d sweeps for %d credentials; want a few", sweeps, n)
+	}
+	c.MaxWait = 10 * time.Millisecond
+	for i := 0; i < n; i += 97 {
+		c.Credential = fmt.Sprintf("cred-%d", i)
+		_, err := s.Acquire(t.Context(), c)
+		var we *store.WaitError
+		if !errors.As(err, &we) || !errors.Is(err, store.ErrWaitTooLong) || we.Scope != store.ScopeGlobal {
+			t.Fatalf("Acquire on %s, whose global window is full, beyond the bound = %v; want ErrWaitTooLong, scope global", c.Credential, err)
+		}
+	}
+
+	clk.Advance(2 * time.Second)
+	c.MaxWait = 0
+	c.Credential = "one more"
+	update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
+	s.mu.Lock()
+	s.sweep(s.now())
+	held := len(s.creds) + s.nroutes
+	s.mu.Unlock()
+	if held > 100 {
+		t.Errorf("%d credentials and routes held once the windows passed; want at most 100", held)
+	}
+}
+
 // TestGlobalWindowExact checks the sliding global window to the millisecond.
 func TestGlobalWindowExact(t *testing.T) {
 	s, clk := newFake(t)
@@ -244,8 +292,9 @@ func TestGlobalWindowExact(t *testing.T) {
 		{"4th request", 200 * time.Millisecond},
 		{"5th request", 400 * time.Millisecond},
 	} {
+		armed := clk.Timers() // the store's sweep timer
 		ch := acquireAsync(t, s, g)
-		waitFor(t, func() bool { return clk.Timers() > 0 }, tc.name+" to arm the global timer")
+		waitFor(t, func() bool { return clk.Timers() > armed }, tc.name+" to arm the global timer")
 		clk.Advance(tc.wait - time.Millisecond)
 		pending(t, ch, tc.name+" 1 ms before the window slides")
 		clk.Advance(time.Millisecond)
