@@ -29,28 +29,77 @@ local function extend(key, ms, fresh)
   redis.call('PEXPIRE', key, ms, 'NX')
 end
 
+-- The buckets and the credential a step reads are read from Redis once and
+-- written back once, at the end of the step (flush).
+local buckets, bucketOrder = {}, {}
+local credKey, credState, credDirty = nil, nil, false
+
 -- loadBucket returns the model state kept at key, and whether there was
 -- any; a new bucket of kind (0 learned, 1 probe, 2 none) otherwise.
 -- Permits pending past their timeout (a process that died before
 -- reporting) no longer count.
 local function loadBucket(key, kind)
-  local v = redis.call('GET', key)
-  local b
-  if v then
-    b = decode(v)
-    if b.pending > 0 and b.pendingUntil <= now then b.pending = 0 end
-  else
-    b = newBucket()
+  local e = buckets[key]
+  if not e then
+    local v = redis.call('GET', key)
+    local b
+    if v then
+      b = decode(v)
+      if b.pending > 0 and b.pendingUntil <= now then b.pending = 0 end
+    else
+      b = newBucket()
+    end
+    e = {b = b, found = v ~= false and v ~= nil}
+    buckets[key] = e
+    bucketOrder[#bucketOrder + 1] = key
   end
-  if kind == 1 then b.probe = true elseif kind == 2 then b.unlimited = true end
-  return b, v ~= false and v ~= nil
+  if kind == 1 then e.b.probe = true elseif kind == 2 then e.b.unlimited = true end
+  return e.b, e.found
 end
 
--- saveBucket keeps b at key until ttl after the last moment it matters:
--- its reset, its pause or its pending permits' timeout.
+-- saveBucket has b kept at key, at the end of the step, until ttl after
+-- the last moment it matters: its reset, its pause or its pending permits'
+-- timeout.
 local function saveBucket(key, b, ttl)
-  local last = math.max(b.resetAt, b.pause, b.pendingUntil)
-  local keep = ttl
-  if last > now then keep = keep + ceil(last - now) end
-  redis.call('SET', key, encode(b), 'PX', keep)
+  local e = buckets[key]
+  if not e then
+    e = {found = false}
+    buckets[key] = e
+    bucketOrder[#bucketOrder + 1] = key
+  end
+  e.b, e.ttl = b, ttl
+end
+
+-- loadCred returns the credential's deadlines kept at key.
+local function loadCred(key)
+  if not credState then
+    local f = redis.call('HMGET', key, 'gpause', 'blocked', 'unauth')
+    credKey = key
+    credState = {pause = tonumber(f[1]) or 0, blocked = tonumber(f[2]) or 0, unauthorized = tonumber(f[3]) or 0}
+  end
+  return credState
+end
+
+-- saveCred has the credential's deadlines written at the end of the step.
+local function saveCred()
+  credDirty = true
+end
+
+-- flush writes what the step changed.
+local function flush()
+  for _, key in ipairs(bucketOrder) do
+    local e = buckets[key]
+    if e.ttl then
+      local b = e.b
+      local last = math.max(b.resetAt, b.pause, b.pendingUntil)
+      local keep = e.ttl
+      if last > now then keep = keep + ceil(last - now) end
+      redis.call('SET', key, encode(b), 'PX', keep)
+    end
+  end
+  if credDirty then
+    local c = credState
+    redis.call('HSET', credKey, 'gpause', c.pause, 'blocked', c.blocked, 'unauth', c.unauthorized)
+    extend(credKey, ceil(math.max(c.pause, c.blocked, c.unauthorized) - now) + 1000)
+  end
 end

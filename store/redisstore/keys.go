@@ -40,11 +40,14 @@ func (s *Store) keysOf(credential string) credKeys {
 	return credKeys{base: s.prefix + ":{" + digest(credential) + "}:"}
 }
 
-func (k credKeys) routes() string  { return k.base + "r" }
-func (k credKeys) cred() string    { return k.base + "c" }
-func (k credKeys) global() string  { return k.base + "g" }
-func (k credKeys) probes() string  { return k.base + "m" }
-func (k credKeys) applied() string { return k.base + "a" }
+func (k credKeys) routes() string { return k.base + "r" }
+func (k credKeys) cred() string   { return k.base + "c" }
+func (k credKeys) global() string { return k.base + "g" }
+func (k credKeys) probes() string { return k.base + "m" }
+
+// applied holds the sequence number of the last update of the Store with
+// id proc that the scripts applied.
+func (k credKeys) applied(proc string) string { return k.base + "a:" + proc }
 
 // dead is the cooldown key of a token-authenticated major.
 func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }

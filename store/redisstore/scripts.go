@@ -151,8 +151,8 @@ func (st *step) begin(s *Store, cred string) {
 	}
 	k := s.keysOf(cred)
 	st.cred = cred
-	st.keys = []string{k.routes(), k.cred(), k.global(), k.probes(), k.applied()}
-	st.args = []any{0, 0, s.id}
+	st.keys = []string{k.routes(), k.cred(), k.global(), k.probes(), k.applied(s.id)}
+	st.args = []any{0, 0}
 }
 
 // update adds the update u of permit h, this Store's seq-th, and returns

@@ -7,11 +7,11 @@
 --   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 probes    HASH  major digest -> probe requests in flight
---   5 applied   HASH  process id -> sequence number of its last update applied
+--   5 applied   STRING the sequence number of this process's last update applied
 --   then, per update, 3 keys: dead, gbucket, tbucket (see update below)
 --   then, with a claim, 5 keys: dead, bucket, tickets, ticketexp, pbucket
 -- ARGV:
---   1 number of updates     2 claim (1/0)            3 process id
+--   1 number of updates     2 claim (1/0)
 --   then, per update, its sequence number and UPDATE_ARGS arguments; then,
 --   with a claim, CLAIM_ARGS arguments; last, the clock (ms, 0: Redis TIME)
 -- Reply: {n, wake_1 .. wake_n, claim reply...}: each update's wake (see
@@ -70,8 +70,7 @@ local function update(K, A)
 
   local GB, TB = K[5], K[6]
 
-  local cf = redis.call('HMGET', K[2], 'gpause', 'blocked', 'unauth')
-  local c = {pause = tonumber(cf[1]) or 0, blocked = tonumber(cf[2]) or 0, unauthorized = tonumber(cf[3]) or 0}
+  local c = loadCred(K[2])
   local credDirty = false
 
   -- wakeOf returns in how many ms b may grant by the passing of time alone:
@@ -174,11 +173,7 @@ local function update(K, A)
     end
   end
 
-  if credDirty then
-    redis.call('HSET', K[2], 'gpause', c.pause, 'blocked', c.blocked, 'unauth', c.unauthorized)
-    local last = math.max(c.pause, c.blocked, c.unauthorized)
-    extend(K[2], ceil(last - now) + 1000)
-  end
+  if credDirty then saveCred() end
 
   if gb and tkey ~= GB then saveBucket(GB, gb, bucketTTL) end
   if target then
@@ -227,10 +222,8 @@ local function claim(K, A)
   local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
   local majorDigest = A[15]
 
-  local cf = redis.call('HMGET', K[2], 'gpause', 'blocked', 'unauth')
-  local gpause = tonumber(cf[1]) or 0
-  local blocked = tonumber(cf[2]) or 0
-  local unauth = tonumber(cf[3]) or 0
+  local c = loadCred(K[2])
+  local gpause, blocked, unauth = c.pause, c.blocked, c.unauthorized
 
   if tokenAuth then
     local ttl = redis.call('PTTL', K[4])
@@ -427,10 +420,10 @@ local function claim(K, A)
   return {0, k, kind, ticket, delay}
 end
 
-local nu, withClaim, proc = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]
+local nu, withClaim = tonumber(ARGV[1]), ARGV[2] == '1'
 local reply = {nu}
-local k, a = 6, 4
-local last = tonumber(redis.call('HGET', KEYS[5], proc)) or -1
+local k, a = 6, 3
+local last = tonumber(redis.call('GET', KEYS[5])) or -1
 local applied = last
 for i = 1, nu do
   local seq = tonumber(ARGV[a])
@@ -447,8 +440,7 @@ for i = 1, nu do
   k, a = k + 3, a + 1 + UPDATE_ARGS
 end
 if applied > last then
-  redis.call('HSET', KEYS[5], proc, applied)
-  redis.call('PEXPIRE', KEYS[5], APPLIED_TTL)
+  redis.call('SET', KEYS[5], applied, 'PX', APPLIED_TTL)
 end
 if withClaim then
   local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4]}
@@ -457,4 +449,5 @@ if withClaim then
   local r = claim(K, A)
   for _, x in ipairs(r) do reply[#reply + 1] = x end
 end
+flush()
 return reply
