@@ -33,12 +33,13 @@
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
 //	                      not known yet (discounted when a bucket is learned); TTL pending timeout
+//	P:{T}:a:<S>    STRING the number of the last update of Store S applied; TTL 1 h
 //	P:{T}:w:<B>    ZSET   process queues waiting on the counter -> arrival (tickets)
 //	P:{T}:x:<B>    ZSET   the same tickets -> expiry; both TTL the longest ticket + 1 s
 //	P:{G}:i        HASH   invalid responses of a group of processes per 10-second slot, G a
 //	                      digest of the group ([WithInvalidGroup]); TTL 10 min 20 s
 //
-// M is a digest of the major parameter. B names a counter: "h" and a digest
+// M is a digest of the major parameter, S the random id of a Store. B names a counter: "h" and a digest
 // of (bucket hash, major) once the route's bucket is known, "r" and a
 // digest of (route, major) for the probe of a route whose bucket is not
 // known yet, "n" for the credential's routes without a bucket. Route
@@ -82,9 +83,17 @@
 // every process bound by the global limit are served in claim order with
 // one claim each, instead of all waking when a slot opens.
 //
-// With 4 processes of 50 goroutines each on one bucket of 20 requests per
-// 100 ms, the tests measure about 1.5 Redis commands per granted request
-// (one update per request, one claim per several grants).
+// # One round trip
+//
+// One script, step.lua, applies a credential's updates in order and then
+// claims for one of its queues, so a process's reports travel with its
+// next claim: a request costs one round trip, not two. An update that no
+// claim carries within 2 ms is written by the outbox's writer, with the
+// other updates of its credential in the same script call. Refusals Redis
+// reported for a credential or a webhook (a 401, a gone webhook) are
+// refused in the process until their cooldown ends, without a call. The
+// load benchmark prints the commands and the Redis CPU time per request
+// (see the README).
 //
 // # Guarantees and approximations
 //
@@ -139,15 +148,16 @@
 // of a permit granted through Redis joins an outbox owned by the Store,
 // bounded ([WithOutboxLimit]; when full the oldest update is dropped and
 // counted in [Stats].Dropped) and written in order by a goroutine of the
-// Store, several updates per pipeline. Updates that could not be written
-// stay queued and are written, in order, once Redis answers again; a
-// timed-out write is sent again, which can only count a request twice
-// (a window closes later, an invalid response counts twice), never give
-// back a slot twice. A queue's claim first waits for the updates of its
-// credential already queued, so that what a response taught (a 429's
-// pause, a slot given back, a learned bucket) is seen by the next claim as
-// before; queues waiting for a response are woken once its update is
-// written. Close writes what it can within twice the call timeout and
+// Store, several updates per call. Updates that could not be written stay
+// queued and are written, in order, once Redis answers again. Each update
+// carries a number, in the order of the process's updates, and Redis keeps
+// the last number it applied per process: an update sent again after a
+// call that timed out but ran is skipped, so no request is counted twice
+// and no slot given back twice. A queue's claim carries the updates of its
+// credential already queued, or waits until they are written, so that what
+// a response taught (a 429's pause, a slot given back, a learned bucket)
+// is seen by the next claim; queues waiting for a response are woken once
+// its update is written. Close writes what it can within twice the call timeout and
 // logs how many updates it dropped. A claim whose reply was lost (it timed
 // out, or the connection broke) may still run in Redis later: the slots it
 // may have taken are given back through the outbox, so they do not hold a
