@@ -157,11 +157,11 @@
 // credential already queued, or waits until they are written, so that what
 // a response taught (a 429's pause, a slot given back, a learned bucket)
 // is seen by the next claim; queues waiting for a response are woken once
-// its update is written. Close writes what it can within twice the call timeout and
-// logs how many updates it dropped. A claim whose reply was lost (it timed
-// out, or the connection broke) may still run in Redis later: the slots it
-// may have taken are given back through the outbox, so they do not hold a
-// bucket until the pending timeout.
+// its update is written. Close writes what it can within twice the call
+// timeout and logs how many updates it dropped. A claim whose reply was
+// lost (it timed out, or the connection broke) may still run in Redis
+// later: the slots it may have taken are given back through the outbox, so
+// they do not hold a bucket until the pending timeout.
 //
 // # What the local limiter and Redis owe each other
 //
