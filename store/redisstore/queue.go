@@ -36,6 +36,14 @@ type lqueue struct {
 	ticket     bool        // holds a ticket in bucket bid's line
 	idle       bool        // the driver waits for a waiter: a new one kicks it
 	stalled    bool        // the driver's call outlasted the call timeout and has not returned
+
+	// A lease: slots a claim took beyond the queue's waiters, for the next
+	// ones to take without a round trip (see lease.go).
+	lease      []store.Permit
+	leaseClaim store.Claim // the claim they were granted for
+	leaseUntil time.Time   // when the unused ones go back
+	leaseWant  int         // how many extra slots the next claim asks for
+	lastGrant  time.Time   // when a claim last granted
 }
 
 // Waiter states.
@@ -172,7 +180,9 @@ func (s *Store) drive(q *lqueue) {
 		if s.closed || len(q.waiters) == 0 {
 			s.drop(q)
 			ticket := q.ticket && !s.closed
+			lease := q.takeLease()
 			s.mu.Unlock()
+			s.giveBackAll(lease)
 			if ticket {
 				s.dropTicket(q, q.bid)
 			}
@@ -184,7 +194,9 @@ func (s *Store) drive(q *lqueue) {
 			}
 			q.waiters = nil
 			s.drop(q)
+			lease := q.takeLease()
 			s.mu.Unlock()
+			s.giveBackAll(lease)
 			return
 		}
 		head := q.waiters[0].claim
@@ -192,6 +204,7 @@ func (s *Store) drive(q *lqueue) {
 		for n < len(q.waiters) && n < s.maxBatch && compatible(&head, &q.waiters[n].claim) {
 			n++
 		}
+		extra := s.leaseFor(q, time.Now())
 		guess := s.guesses[q.key.cred+"\x00"+q.key.route]
 		s.mu.Unlock()
 
@@ -219,7 +232,7 @@ func (s *Store) drive(q *lqueue) {
 		var r claimReply
 		var wakes []int64
 		stalled, err := s.call(q, func(ctx context.Context) (err error) {
-			r, wakes, err = s.claim(ctx, &head, guess, n, prefix, q.id, ups)
+			r, wakes, err = s.claim(ctx, &head, guess, n, extra, prefix, q.id, ups)
 			return err
 		})
 		if ups != nil {
@@ -296,6 +309,9 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 		s.dropTicket(q, bid)
 	}
 	for {
+		s.mu.Lock()
+		expire := s.leaseExpiry(q)
+		s.mu.Unlock()
 		select {
 		case <-q.wakeup:
 			s.mu.Lock()
@@ -304,6 +320,9 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 				return true
 			}
 			s.mu.Unlock()
+			continue
+		case <-expire:
+			s.expireLease(q)
 			continue
 		case <-t.C:
 		case <-s.done:
@@ -317,7 +336,7 @@ func (s *Store) lingerFor(q *lqueue, t *time.Timer) bool {
 // claim runs claim.lua for up to n waiters like c.
 // The updates ups, all of c's credential and in order, are applied first,
 // in the same call; their replies are the wakes.
-func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n int, prefix, qid string, ups []*update) (claimReply, []int64, error) {
+func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n, extra int, prefix, qid string, ups []*update) (claimReply, []int64, error) {
 	var st step
 	for _, it := range ups {
 		gid, tid := st.update(s, it.h, it.u, it.seq)
@@ -326,7 +345,7 @@ func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n int, 
 			it.bid = tid
 		}
 	}
-	st.claim(s, c, guess, n, prefix, qid)
+	st.claim(s, c, guess, n, extra, prefix, qid)
 	v, err := st.run(ctx, s.client, s.clockArg()).Result()
 	if err != nil {
 		return claimReply{}, nil, err
@@ -354,6 +373,7 @@ func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, 
 		}
 		surplus = append(surplus, p)
 	}
+	surplus = s.keepLease(q, head, surplus)
 	s.mu.Unlock()
 	for _, p := range surplus {
 		s.giveBack(p)

@@ -58,6 +58,7 @@ type Store struct {
 	poll           time.Duration
 	probeEvery     time.Duration
 	maxBatch       int
+	leaseMax       int
 	callTimeout    time.Duration
 	outboxLimit    int
 
@@ -125,6 +126,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		poll:           DefaultPollInterval,
 		probeEvery:     DefaultProbeInterval,
 		maxBatch:       DefaultMaxBatch,
+		leaseMax:       DefaultLease,
 		callTimeout:    DefaultCallTimeout,
 		outboxLimit:    DefaultOutboxLimit,
 		id:             hex.EncodeToString(id[:]),
@@ -243,6 +245,12 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
 	}
 	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major})
+	if local == nil {
+		if p, ok := q.leased(&c, start); ok {
+			s.mu.Unlock()
+			return p, nil
+		}
+	}
 	if q.stalled && s.policy == FailClosed {
 		// The queue's last call did not answer in time and has not yet.
 		s.mu.Unlock()
@@ -347,6 +355,7 @@ func (s *Store) giveBack(p store.Permit) {
 
 // permit is the Handle of a permit granted through Redis.
 type permit struct {
+	lent               bool // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
 	cred, route, major string
 	kind               int
 	hash               string // the learned hash, for kindLearned
@@ -387,7 +396,9 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 		if h.local != nil {
 			_ = s.local.Update(ctx, *h.local, s.localUpdate(u, window))
 		}
-		return s.enqueue(h, u)
+		err := s.enqueue(h, u)
+		s.revokeLease(h, &u)
+		return err
 	default:
 		// Not a permit of this Store: learn from the response without
 		// releasing any slot.

@@ -180,7 +180,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 		cooldownMs = millis(store.ClampDuration(cooldown))
 	}
 	st.args = append(st.args, seq,
-		u.Route, h.member, flag(u.Sent), u.Status, u.Bucket, flag(u.HasLimit),
+		u.Route, h.member, sentFlag(h, &u), u.Status, u.Bucket, flag(u.HasLimit),
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
 		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
@@ -190,9 +190,9 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	return gid, tid
 }
 
-// claim adds a claim of up to n slots for claims like c, the route's hash
-// guessed as guess.
-func (st *step) claim(s *Store, c *store.Claim, guess string, n int, prefix, qid string) {
+// claim adds a claim of n slots for claims like c, and up to extra more
+// for a lease, the route's hash guessed as guess.
+func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, prefix, qid string) {
 	st.begin(s, c.Credential)
 	k := s.keysOf(c.Credential)
 	pid := probeID(c.Route, c.Major)
@@ -218,7 +218,7 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n int, prefix, qid
 		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
 		millis(store.ClampDuration(c.Offset)), flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
-		digest(c.Major),
+		digest(c.Major), extra,
 	)
 	st.claims = true
 }
@@ -282,4 +282,16 @@ func replyInt(a []any, i int) (int64, error) {
 		return 0, fmt.Errorf("%w: element %d is %T, want an integer", errReply, i, a[i])
 	}
 	return n, nil
+}
+
+// sentFlag is the update's "sent" argument: 1 sent, 0 never sent, 2 a slot
+// of a lease nobody used.
+func sentFlag(h *permit, u *store.Update) int {
+	switch {
+	case u.Sent:
+		return 1
+	case h.lent:
+		return 2
+	}
+	return 0
 }

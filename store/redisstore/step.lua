@@ -23,7 +23,10 @@
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
-local UPDATE_ARGS, CLAIM_ARGS = 20, 15
+local UPDATE_ARGS, CLAIM_ARGS = 20, 16
+-- A lease is lent only from a bucket with at least this many slots free
+-- beyond the claim's waiters.
+local LEASE_FLOOR = 16
 -- How long a process's last applied update is remembered: longer than any
 -- update waits to be sent again.
 local APPLIED_TTL = 3600 * 1000
@@ -40,7 +43,7 @@ local APPLIED_TTL = 3600 * 1000
 --                    names none)
 --   7 probes   HASH  major digest -> probe requests in flight
 -- A:
---   1 route template    2 permit id ("" when none)   3 sent (1/0)
+--   1 route template    2 permit id ("" when none)   3 sent (1/0; 2: an unused slot of a lease)
 --   4 status            5 response bucket hash       6 has limit (1/0)
 --   7 limit             8 remaining                  9 reset after (ms, < 0 unknown)
 --  10 scope            11 retry (ms, offset included) 12 offset (ms)
@@ -95,11 +98,13 @@ local function update(K, A)
   end
 
   if not sent then
-    -- Never sent: give back the slot.
+    -- Never sent: give back the slot. A slot of a lease that nobody used
+    -- is only settled: responses since it was granted may have set the
+    -- bucket's count without it, so giving it back could count it twice.
     if gb == nil then return {1, -1} end
     if isGlobal and member ~= '' then redis.call('ZREM', K[3], member) end
     unprobe()
-    giveBack(gb)
+    if A[3] == '2' then settle(gb) else giveBack(gb) end
     saveBucket(GB, gb, bucketTTL)
     return {1, wakeOf(gb)}
   end
@@ -202,7 +207,8 @@ end
 --   6 offset (ms)           7 token auth (1/0)        8 slots wanted (>= 1)
 --   9 permit id prefix     10 pending timeout (ms)   11 queue id
 --  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
---  15 major digest
+--  15 major digest         16 extra slots for a lease (lent only from a bucket
+--                              nobody else waits on, with plenty free: a quarter at most)
 -- The invalid-request guard is not the script's: it counts per store (an
 -- IP address), on a key of its own (see invalid.lua).
 -- Reply, always an array whose first element is the kind:
@@ -221,6 +227,7 @@ local function claim(K, A)
   local pendingTTL, qid = tonumber(A[10]), A[11]
   local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
   local majorDigest = A[15]
+  local extra = tonumber(A[16]) or 0
 
   local c = loadCred(K[2])
   local gpause, blocked, unauth = c.pause, c.blocked, c.unauthorized
@@ -299,11 +306,12 @@ local function claim(K, A)
   -- arrival order. Each one ahead keeps a slot; what is left is shared with
   -- those behind.
   local useTickets = kind == 0
-  local ahead, behind, rank = 0, 1, false
+  local ahead, behind, rank, line = 0, 1, false, 0
   if useTickets then
     -- The line holds the same queues as their expiries: an empty line has
     -- nothing to expire.
     local m = redis.call('ZCARD', K[6])
+    line = m
     if m > 0 then
       local gone = redis.call('ZRANGEBYSCORE', K[7], '-inf', now)
       if #gone > 0 then
@@ -331,7 +339,7 @@ local function claim(K, A)
   else
     local probe = {}
     for k, v in pairs(b) do probe[k] = v end
-    while free < want + ahead and available(probe, now, blocked) do
+    while free < want + 4 * extra + ahead and available(probe, now, blocked) do
       take(probe, now)
       free = free + 1
     end
@@ -375,6 +383,12 @@ local function claim(K, A)
   end
 
   local k = math.min(want, avail)
+  local lease = extra > 0 and kind ~= 1 and line == 0 and k == want and avail - want >= LEASE_FLOOR
+  if lease then
+    -- Nobody else waits on a bucket with plenty left: lend up to a quarter
+    -- of what is left.
+    k = k + math.min(extra, math.floor((avail - want) / 4))
+  end
   local delay = 0
 
   if isGlobal then
@@ -382,6 +396,9 @@ local function claim(K, A)
       delay, k = reserve, 1
     elseif k > gfree then
       k = gfree
+    end
+    if lease and k > want then
+      k = math.max(math.min(want, gfree), math.min(k, want + math.floor((gfree - want) / 4)))
     end
     zaddEach(K[3], now + delay + offset, k)
     -- Every key gets a TTL when created: one that held entries has one.

@@ -57,7 +57,7 @@ func TestStepAppliesUpdatesOnce(t *testing.T) {
 	}
 	claimOnly := func(guess string, n int) claimReply {
 		var st step
-		st.claim(s, claim, guess, n, s.nextID()+":", "q")
+		st.claim(s, claim, guess, n, 0, s.nextID()+":", "q")
 		return run(&st, 0).claim
 	}
 
