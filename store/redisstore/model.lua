@@ -194,6 +194,7 @@ local function observe(b, t, h, probes)
     b.window = reset - t
   else
     if limit > b.limit then b.remaining = b.remaining + limit - b.limit end
+    if limit < b.limit then remaining = remaining - b.pending end
     b.limit = limit
     if remaining < b.remaining then b.remaining = remaining end
     if b.estimated or b.resetAt == 0 or reset > b.resetAt then

@@ -267,6 +267,19 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "limit lowered while requests are in flight: they count against what is left",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 1000)),
+				opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1),
+				opSettle(),
+				opObserve(t0+20, 0, h(3, 1, 980)),
+			},
+			checks: []check{
+				{6, opAvailable(t0+21, 0), 0},
+			},
+		},
+		{
 			name:  "unknown reset-after assumes the longest window seen, at least a second",
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(5, 0, -1))},

@@ -249,6 +249,11 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		if limit > b.Limit {
 			b.Remaining += limit - b.Limit
 		}
+		if limit < b.Limit {
+			// A lowered limit: the requests still in flight were granted
+			// under the old one and may not be counted in this response.
+			remaining -= b.Pending
+		}
 		b.Limit = limit
 		if remaining < b.Remaining {
 			b.Remaining = remaining
