@@ -34,6 +34,7 @@ type proxyConfig struct {
 	retries      int
 	maxBody      int64
 	replayBody   int64
+	maxBuffered  int64 // bytes of request bodies buffered at once, all requests together
 
 	maxConns       int // client connections open at once
 	maxHeaderBytes int // request line and headers
@@ -153,6 +154,7 @@ func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (strin
 	fs.IntVar(&cfg.retries, "retries", ratecord.DefaultRetries, "times a 429, a 5xx or a network error is sent again (5xx and network errors: idempotent requests only)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 25<<20, "largest request body in `bytes` (Discord's upload limit); larger ones get 413")
 	fs.Int64Var(&cfg.replayBody, "replay-body", 1<<20, "request bodies of up to this many `bytes` are buffered so that a 429 can be retried; larger ones are streamed and their 429s reach the client")
+	fs.Int64Var(&cfg.maxBuffered, "max-buffered", 64<<20, "`bytes` of request bodies buffered at once, all requests together; a body that does not fit is streamed, and its 429s reach the client")
 	fs.DurationVar(&cfg.upstreamTimeout, "upstream-timeout", 30*time.Second, "longest wait for the upstream's response headers, per attempt")
 	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 10*time.Second, "longest time to read a request's headers")
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", time.Minute, "longest time to read a whole request, body included")
@@ -226,6 +228,7 @@ func (cfg *proxyConfig) finish(f rawFlags) error {
 	}{
 		{"-max-body", cfg.maxBody}, {"-max-conns", int64(cfg.maxConns)}, {"-max-header-bytes", int64(cfg.maxHeaderBytes)},
 		{"-max-auth-bytes", int64(cfg.maxAuthBytes)}, {"-max-in-flight", int64(cfg.maxInFlight)},
+		{"-max-buffered", cfg.maxBuffered},
 	} {
 		if c.v <= 0 {
 			return &usageError{msg: c.name + " must be positive"}

@@ -87,7 +87,8 @@ func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = http.MaxBytesReader(w, r.Body, p.cfg.maxBody)
-		if r.ContentLength > 0 && r.ContentLength <= p.cfg.replayBody {
+		if n := r.ContentLength; n > 0 && n <= p.cfg.replayBody && p.reserveBuffer(n) {
+			defer p.buffered.Add(-n)
 			if !p.bufferBody(rec, r) {
 				return
 			}
@@ -102,6 +103,17 @@ func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 func (p *proxy) authenticated(r *http.Request) bool {
 	a := p.cfg.auth
 	return !a.enabled() || a.bySecret(r.Header) || a.byCredential(r.Header.Get("Authorization"))
+}
+
+// reserveBuffer reports whether n more bytes of bodies may be buffered,
+// counting them if so: the bodies buffered at once never exceed
+// -max-buffered, whatever the clients send.
+func (p *proxy) reserveBuffer(n int64) bool {
+	if p.buffered.Add(n) > p.cfg.maxBuffered {
+		p.buffered.Add(-n)
+		return false
+	}
+	return true
 }
 
 // bufferBody reads a small body into memory, so that ratecord can send the

@@ -202,3 +202,54 @@ func TestProxyConnectionCap(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestProxyBufferedBodiesCap checks that bodies are buffered for a retry of
+// a 429 only while the bodies buffered at once fit -max-buffered: one that
+// does not fit is streamed, and its 429 reaches the client.
+func TestProxyBufferedBodiesCap(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, maxBuffered string) (status, attempts int) {
+		var calls atomic.Int32
+		up := newEcho(t, func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			if calls.Add(1) == 1 {
+				w.Header().Set("X-RateLimit-Scope", "shared")
+				w.Header().Set("Retry-After", "1")
+				w.Header().Set("Via", "1.1 google")
+				w.WriteHeader(http.StatusTooManyRequests)
+				io.WriteString(w, `{"message":"busy","retry_after":0.01,"global":false}`)
+				return
+			}
+			io.WriteString(w, `{}`)
+		})
+		p := startProxy(t, "-upstream", up.URL, "-max-buffered", maxBuffered)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"/api/v10/channels/1/messages", strings.NewReader(`{"content":"hello there"}`))
+		req.Header.Set("Authorization", "Bot "+botToken)
+		resp, err := p.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, int(calls.Load())
+	}
+	if status, n := run(t, "1024"); status != http.StatusOK || n != 2 {
+		t.Errorf("with room to buffer: %d after %d attempts; want 200 after 2 (the 429 retried)", status, n)
+	}
+	if status, n := run(t, "10"); status != http.StatusTooManyRequests || n != 1 {
+		t.Errorf("with no room to buffer: %d after %d attempts; want the 429 after 1", status, n)
+	}
+}
+
+func TestReserveBuffer(t *testing.T) {
+	p := &proxy{cfg: &proxyConfig{maxBuffered: 100}}
+	if !p.reserveBuffer(60) {
+		t.Fatal("reserveBuffer(60) of 100 = false; want true")
+	}
+	if p.reserveBuffer(60) {
+		t.Fatal("reserveBuffer(60) with 60 of 100 taken = true; want false")
+	}
+	p.buffered.Add(-60)
+	if !p.reserveBuffer(100) {
+		t.Fatal("reserveBuffer(100) of 100 after release = false; want true")
+	}
+}

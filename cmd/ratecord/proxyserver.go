@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +68,7 @@ type proxy struct {
 	metrics   http.Handler
 	rp        *httputil.ReverseProxy
 	inFlight  chan struct{} // a token per request being forwarded
+	buffered  atomic.Int64  // bytes of request bodies buffered now
 }
 
 // newProxy builds the proxy: the upstream transport, the store, the meter
