@@ -9,7 +9,7 @@ import (
 // A queue that claims again soon after a grant (a hot route) asks for a
 // few slots beyond its waiters: a lease, which the next waiters of the
 // queue take without a round trip. The claim lends extra slots only when
-// no other process waits on the bucket, at least 16 slots are free beyond
+// no other process waits on the bucket, at least 64 slots are free beyond
 // the claim's waiters, and at most a quarter of what is free in the
 // bucket and in the global window, so a lease never keeps a slot that
 // another process is waiting for. Discord's buckets are mostly small:

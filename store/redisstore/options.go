@@ -196,7 +196,7 @@ func WithOutboxLimit(n int) Option {
 // WithLease sets how many slots beyond its waiters a queue of a hot route
 // may take in one claim, for its next waiters to use without a round trip
 // (default [DefaultLease]). A claim lends slots only from a bucket no other
-// process waits on and that has at least 16 slots free, at most a quarter
+// process waits on and that has at least 64 slots free, at most a quarter
 // of what is free in the bucket and in the global window, and unused slots
 // go back within 25 ms. 0 disables leases. Negative values are ignored.
 func WithLease(n int) Option {

@@ -26,7 +26,7 @@
 local UPDATE_ARGS, CLAIM_ARGS = 20, 16
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
-local LEASE_FLOOR = 16
+local LEASE_FLOOR = 64
 -- How long a process's last applied update is remembered: longer than any
 -- update waits to be sent again.
 local APPLIED_TTL = 3600 * 1000
@@ -383,11 +383,12 @@ local function claim(K, A)
   end
 
   local k = math.min(want, avail)
-  local lease = extra > 0 and kind ~= 1 and line == 0 and k == want and avail - want >= LEASE_FLOOR
+  local plenty = kind == 2 or (b.known and b.remaining - want >= LEASE_FLOOR)
+  local lease = extra > 0 and kind ~= 1 and line == 0 and k == want and plenty
   if lease then
-    -- Nobody else waits on a bucket with plenty left: lend up to a quarter
-    -- of what is left.
-    k = k + math.min(extra, math.floor((avail - want) / 4))
+    -- Nobody else waits on a bucket with plenty left: lend a few slots,
+    -- no more than it has free now.
+    k = math.min(avail, k + extra)
   end
   local delay = 0
 
