@@ -42,8 +42,9 @@ type outbox struct {
 	running  bool // the writer goroutine was started
 	busy     bool // a write is under way: the writer's, or a claim's that took the updates
 
-	kick  chan struct{} // capacity 1: an update joined
-	retry chan struct{} // capacity 1: Redis answers again, retry now
+	kick   chan struct{} // capacity 1: an update joined
+	urgent chan struct{} // capacity 1: an update other processes must see at once joined
+	retry  chan struct{} // capacity 1: Redis answers again, retry now
 }
 
 func newOutbox() outbox {
@@ -51,6 +52,7 @@ func newOutbox() outbox {
 		last:   make(map[string]uint64),
 		change: make(chan struct{}),
 		kick:   make(chan struct{}, 1),
+		urgent: make(chan struct{}, 1),
 		retry:  make(chan struct{}, 1),
 	}
 }
@@ -123,6 +125,11 @@ func (s *Store) enqueue(h *permit, u store.Update) error {
 	}
 	o.mu.Unlock()
 	poke(o.kick)
+	if u.Status == 429 || u.HasLimit && u.Remaining == 0 {
+		// A pause, a bucket spent, a limit lowered: other processes must
+		// not wait for a claim of this one to learn it.
+		poke(o.urgent)
+	}
 	if dropped > 0 {
 		s.log.LogAttrs(context.Background(), slogWarn, "ratecord: update outbox full, oldest update dropped",
 			slog.Int("limit", s.outboxLimit))
@@ -217,6 +224,8 @@ func (s *Store) write() {
 			t := time.NewTimer(flushDelay)
 			select {
 			case <-t.C:
+			case <-o.urgent:
+				t.Stop()
 			case <-s.done:
 				t.Stop()
 				return
