@@ -34,6 +34,7 @@
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
 //	                      not known yet (discounted when a bucket is learned); TTL pending timeout
 //	P:{T}:a:<S>    STRING the number of the last update of Store S applied; TTL 1 h
+//	P:{T}:l:<Q>    STRING the permit id prefix of the last grant of process queue Q; TTL pending timeout
 //	P:{T}:w:<B>    ZSET   process queues waiting on the counter -> arrival (tickets)
 //	P:{T}:x:<B>    ZSET   the same tickets -> expiry; both TTL the longest ticket + 1 s
 //	P:{G}:i        HASH   invalid responses of a group of processes per 10-second slot, G a

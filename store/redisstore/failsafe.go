@@ -209,8 +209,9 @@ func answered(err error) bool {
 // waiters like head with permit ids prefix+i may have been granted when
 // its reply was lost: Redis may run it late, and nobody would report those
 // permits before the pending timeout. The claim named the bucket of guess
-// and the route's probe bucket; giving back a permit that was not granted
-// changes nothing.
+// and the route's probe bucket. Redis gives them back only if that claim
+// ran (it was the queue's last grant), and a permit of a bucket that did
+// not grant it changes nothing but its count of pending permits.
 func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefix string) {
 	kinds := []int{kindProbe}
 	switch guess {
@@ -223,7 +224,7 @@ func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefi
 	for i := 1; i <= n; i++ {
 		for _, kind := range kinds {
 			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major,
-				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global}
+				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global, qid: q.id}
 			if kind == kindLearned {
 				h.hash = guess
 			}

@@ -45,6 +45,10 @@ func (k credKeys) cred() string   { return k.base + "c" }
 func (k credKeys) global() string { return k.base + "g" }
 func (k credKeys) probes() string { return k.base + "m" }
 
+// lastGrant holds the permit id prefix of the last grant of the queue with
+// id qid.
+func (k credKeys) lastGrant(qid string) string { return k.base + "l:" + digest(qid) }
+
 // applied holds the sequence number of the last update of the Store with
 // id proc that the scripts applied.
 func (k credKeys) applied(proc string) string { return k.base + "a:" + proc }

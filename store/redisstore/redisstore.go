@@ -355,11 +355,12 @@ func (s *Store) giveBack(p store.Permit) {
 
 // permit is the Handle of a permit granted through Redis.
 type permit struct {
-	lent               bool // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
+	lent               bool   // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
+	qid                string // for the slots of a claim whose reply was lost: the queue that claimed
 	cred, route, major string
 	kind               int
 	hash               string // the learned hash, for kindLearned
-	member             string // the permit's id in the pending and global sets
+	member             string // the permit's id in the global set: the claim's prefix and a number
 	global             bool
 	local              *store.Permit // the local limiter's grant too, during a grace period
 }

@@ -165,7 +165,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	if u.Bucket != "" {
 		tid = learnedID(u.Bucket, h.major)
 	}
-	st.keys = append(st.keys, k.dead(h.major), k.bucket(gid), k.bucket(tid))
+	st.keys = append(st.keys, k.dead(h.major), k.bucket(gid), k.bucket(tid), k.lastGrant(h.qid))
 	resetAfter := int64(-1)
 	if u.ResetAfter >= 0 {
 		resetAfter = millis(store.ClampDuration(u.ResetAfter))
@@ -205,7 +205,7 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, pref
 	default:
 		bid = learnedID(guess, c.Major)
 	}
-	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid))
+	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid), k.lastGrant(qid))
 	glimit := c.GlobalLimit
 	if glimit <= 0 {
 		glimit = store.DefaultGlobalLimit
@@ -285,13 +285,16 @@ func replyInt(a []any, i int) (int64, error) {
 }
 
 // sentFlag is the update's "sent" argument: 1 sent, 0 never sent, 2 a slot
-// of a lease nobody used.
+// of a lease nobody used, 3 a slot a claim whose reply was lost may have
+// granted.
 func sentFlag(h *permit, u *store.Update) int {
 	switch {
 	case u.Sent:
 		return 1
 	case h.lent:
 		return 2
+	case h.qid != "":
+		return 3
 	}
 	return 0
 }

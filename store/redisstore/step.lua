@@ -8,8 +8,8 @@
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 probes    HASH  major digest -> probe requests in flight
 --   5 applied   STRING the sequence number of this process's last update applied
---   then, per update, 3 keys: dead, gbucket, tbucket (see update below)
---   then, with a claim, 5 keys: dead, bucket, tickets, ticketexp, pbucket
+--   then, per update, 4 keys: dead, gbucket, tbucket, lastgrant (see update below)
+--   then, with a claim, 6 keys: dead, bucket, tickets, ticketexp, pbucket, lastgrant
 -- ARGV:
 --   1 number of updates     2 claim (1/0)
 --   then, per update, its sequence number and UPDATE_ARGS arguments; then,
@@ -42,8 +42,11 @@ local APPLIED_TTL = 3600 * 1000
 --   6 tbucket  STRING the bucket the response names (the same as 5 when it
 --                    names none)
 --   7 probes   HASH  major digest -> probe requests in flight
+--   8 lastgrant STRING the permit id prefix of the last grant of the queue
+--                     that claimed the permit (for A[3] = 3)
 -- A:
---   1 route template    2 permit id ("" when none)   3 sent (1/0; 2: an unused slot of a lease)
+--   1 route template    2 permit id ("" when none)
+--   3 sent (1/0; 2: an unused slot of a lease; 3: a slot of a claim whose reply was lost)
 --   4 status            5 response bucket hash       6 has limit (1/0)
 --   7 limit             8 remaining                  9 reset after (ms, < 0 unknown)
 --  10 scope            11 retry (ms, offset included) 12 offset (ms)
@@ -101,7 +104,10 @@ local function update(K, A)
     -- Never sent: give back the slot. A slot of a lease that nobody used
     -- is only settled: responses since it was granted may have set the
     -- bucket's count without it, so giving it back could count it twice.
+    -- A slot of a claim whose reply was lost is given back only if that
+    -- claim ran: it was the queue's last grant.
     if gb == nil then return {1, -1} end
+    if A[3] == '3' and redis.call('GET', K[8]) ~= member:match('^(.*:)') then return {1, -1} end
     if isGlobal and member ~= '' then redis.call('ZREM', K[3], member) end
     unprobe()
     if A[3] == '2' then settle(gb) else giveBack(gb) end
@@ -201,6 +207,7 @@ end
 --   7 ticketexp ZSET  the same queues -> expiry (ms)
 --   8 pbucket   STRING the model state of the probe bucket of (route, major)
 --   9 probes    HASH  major digest -> probe requests in flight
+--  10 lastgrant STRING the permit id prefix of this queue's last grant
 -- A:
 --   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
 --   3 global (1/0)          4 global limit            5 global window (ms)
@@ -410,6 +417,9 @@ local function claim(K, A)
     end
   end
 
+  -- The queue's last grant, so that giving back the slots of a claim whose
+  -- reply was lost changes nothing unless the claim ran.
+  redis.call('SET', K[10], prefix, 'PX', pendingTTL)
   if kind ~= 2 then
     for _ = 1, k do take(b, now) end
     b.pendingUntil = now + delay + pendingTTL
@@ -445,7 +455,7 @@ local last = tonumber(redis.call('GET', KEYS[5])) or -1
 local applied = last
 for i = 1, nu do
   local seq = tonumber(ARGV[a])
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4]}
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4], KEYS[k + 3]}
   local A = {}
   for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j] end
   if seq > last then
@@ -455,13 +465,13 @@ for i = 1, nu do
   else
     reply[i + 1] = -1
   end
-  k, a = k + 3, a + 1 + UPDATE_ARGS
+  k, a = k + 4, a + 1 + UPDATE_ARGS
 end
 if applied > last then
   redis.call('SET', KEYS[5], applied, 'PX', APPLIED_TTL)
 end
 if withClaim then
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4]}
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4], KEYS[k + 5]}
   local A = {}
   for j = 1, CLAIM_ARGS do A[j] = ARGV[a + j - 1] end
   local r = claim(K, A)

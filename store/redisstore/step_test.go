@@ -99,3 +99,59 @@ func TestStepAppliesUpdatesOnce(t *testing.T) {
 		t.Fatalf("claim after a newer give-back = %+v; want 1 slot", r)
 	}
 }
+
+// TestOrphanGiveBackOnlyIfClaimRan gives back the slots of a claim whose
+// reply was lost: Redis takes them back only if that claim ran, so a claim
+// that never reached Redis adds no slot.
+func TestOrphanGiveBackOnlyIfClaimRan(t *testing.T) {
+	c := stepClient(t)
+	s := New(c, WithPrefix("ratecordtest:orphan:"+time.Now().Format(time.RFC3339Nano)))
+	t.Cleanup(func() { s.Close() })
+	ctx := t.Context()
+	claim := &store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
+	run := func(st *step, ups int) stepReply {
+		t.Helper()
+		v, err := st.run(ctx, c, s.clockArg()).Result()
+		if err != nil {
+			t.Fatalf("step: %v", err)
+		}
+		r, err := parseStep(v, ups, st.claims)
+		if err != nil {
+			t.Fatalf("step reply: %v", err)
+		}
+		return r
+	}
+	seq := uint64(0)
+	claimAs := func(guess, prefix string) claimReply {
+		var st step
+		st.claim(s, claim, guess, 1, 0, prefix, "q")
+		return run(&st, 0).claim
+	}
+	giveBack := func(member string) {
+		var st step
+		seq++
+		h := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: member, qid: "q"}
+		st.update(s, h, store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major}, seq)
+		run(&st, 1)
+	}
+	if r := claimAs("", "probe:"); r.kind != replyGrant {
+		t.Fatalf("probe claim = %+v", r)
+	}
+	var st step
+	seq++
+	st.update(s, &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindProbe, member: "probe:1"},
+		store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major, Sent: true, Status: 200,
+			Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, seq)
+	run(&st, 1)
+	if r := claimAs("h", "ran:"); r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("claim of the last slot = %+v; want one slot", r)
+	}
+	giveBack("lost:1") // a claim that never ran
+	if r := claimAs("h", "next:"); r.kind == replyGrant {
+		t.Fatalf("claim after giving back a slot of a claim that never ran = %+v; want a wait", r)
+	}
+	giveBack("ran:1") // the claim that ran: its slot comes back
+	if r := claimAs("h", "again:"); r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("claim after giving back the slot of the claim that ran = %+v; want one slot", r)
+	}
+}
