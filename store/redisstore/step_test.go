@@ -33,6 +33,20 @@ func stepClient(t *testing.T) *redis.Client {
 	return c
 }
 
+// runStep sends st through c and parses its reply of ups updates.
+func runStep(t *testing.T, s *Store, c *redis.Client, st *step, ups int) stepReply {
+	t.Helper()
+	v, err := st.run(t.Context(), c, s.clockArg()).Result()
+	if err != nil {
+		t.Fatalf("step: %v", err)
+	}
+	r, err := parseStep(v, ups, st.claims)
+	if err != nil {
+		t.Fatalf("step reply: %v", err)
+	}
+	return r
+}
+
 // TestStepAppliesUpdatesOnce sends the same update twice, as the outbox
 // does after a call that timed out but ran: the second is skipped, so a
 // slot given back once is not given back twice.
@@ -40,21 +54,9 @@ func TestStepAppliesUpdatesOnce(t *testing.T) {
 	c := stepClient(t)
 	s := New(c, WithPrefix("ratecordtest:step:"+time.Now().Format(time.RFC3339Nano)))
 	t.Cleanup(func() { s.Close() })
-	ctx := t.Context()
 	claim := &store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
 
-	run := func(st *step, ups int) stepReply {
-		t.Helper()
-		v, err := st.run(ctx, c, s.clockArg()).Result()
-		if err != nil {
-			t.Fatalf("step: %v", err)
-		}
-		r, err := parseStep(v, ups, st.claims)
-		if err != nil {
-			t.Fatalf("step reply: %v", err)
-		}
-		return r
-	}
+	run := func(st *step, ups int) stepReply { t.Helper(); return runStep(t, s, c, st, ups) }
 	claimOnly := func(guess string, n int) claimReply {
 		var st step
 		st.claim(s, claim, guess, n, 0, s.nextID()+":", "q")
@@ -107,20 +109,8 @@ func TestOrphanGiveBackOnlyIfClaimRan(t *testing.T) {
 	c := stepClient(t)
 	s := New(c, WithPrefix("ratecordtest:orphan:"+time.Now().Format(time.RFC3339Nano)))
 	t.Cleanup(func() { s.Close() })
-	ctx := t.Context()
 	claim := &store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
-	run := func(st *step, ups int) stepReply {
-		t.Helper()
-		v, err := st.run(ctx, c, s.clockArg()).Result()
-		if err != nil {
-			t.Fatalf("step: %v", err)
-		}
-		r, err := parseStep(v, ups, st.claims)
-		if err != nil {
-			t.Fatalf("step reply: %v", err)
-		}
-		return r
-	}
+	run := func(st *step, ups int) stepReply { t.Helper(); return runStep(t, s, c, st, ups) }
 	seq := uint64(0)
 	claimAs := func(guess, prefix string) claimReply {
 		var st step
