@@ -2,6 +2,7 @@ package ratecord_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -98,6 +99,48 @@ func ExampleWithStore() {
 	defer b.Close()
 	fmt.Println(a != b)
 	// Output: true
+}
+
+// A large bot, whose global limit Discord raised, shares a transport (and
+// so a store) with bots on the default limit. The bot is named by its user
+// id, which the first segment of its token encodes, never by its token.
+// Here the default is one request an hour, and bot 123456789012345678 may
+// send three.
+func ExampleWithBotGlobalLimit() {
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{}`)
+	}))
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil,
+		ratecord.WithGlobalLimit(1, time.Hour),
+		ratecord.WithBotGlobalLimit("123456789012345678", 3),
+		ratecord.WithMaxWait(time.Second))
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	send := func(bot string) {
+		req, _ := http.NewRequest("GET", discord.URL+"/api/v10/users/@me", nil)
+		token := base64.RawStdEncoding.EncodeToString([]byte(bot)) + ".GhIjKl.not-a-real-token"
+		req.Header.Set("Authorization", "Bot "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Println(bot, errors.Is(err, ratecord.ErrWaitTooLong))
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(bot, resp.Status)
+	}
+	for range 3 {
+		send("123456789012345678")
+	}
+	send("876543210987654321")
+	send("876543210987654321")
+	// Output:
+	// 123456789012345678 200 OK
+	// 123456789012345678 200 OK
+	// 123456789012345678 200 OK
+	// 876543210987654321 200 OK
+	// 876543210987654321 true
 }
 
 // Events tell when Discord answered 429, when ratecord retries, gives up, or

@@ -24,20 +24,18 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config is fixed once NewTransport returns.
 type config struct {
-	store         store.Store
-	globalLimit   int
-	globalWindow  time.Duration
-	maxWait       time.Duration
-	retries       int
-	backoff       func() backoff.BackOff
-	offset        time.Duration
-	invalidBudget int
-	cooldown      time.Duration
-	onEvent       func(Event)
-	logger        *slog.Logger
-	hashKey       []byte
-	retryUnsafe   bool
-	clock         clock.Clock
+	store       store.Store
+	policy      store.Policy // of the memory store NewTransport creates
+	policyOpts  []string     // the options that set policy, for the error when WithStore is given too
+	botLimits   map[string]int
+	maxWait     time.Duration
+	retries     int
+	backoff     func() backoff.BackOff
+	onEvent     func(Event)
+	logger      *slog.Logger
+	hashKey     []byte
+	retryUnsafe bool
+	clock       clock.Clock
 
 	tracerProvider trace.TracerProvider // nil: the global one
 	meterProvider  metric.MeterProvider // nil: the global one
@@ -47,24 +45,24 @@ type config struct {
 // Defaults of a Transport without options.
 const (
 	// DefaultGlobalLimit is Discord's default global limit per credential.
-	DefaultGlobalLimit = 50
+	DefaultGlobalLimit = store.DefaultGlobalLimit
 	// DefaultGlobalWindow is Discord's window of the global limit. Each
 	// request's window is counted from when its response arrived (the
 	// request reached Discord by then; at most 250 ms after its grant), so a
 	// request that was slow to leave cannot share a window with later ones.
-	DefaultGlobalWindow = time.Second
+	DefaultGlobalWindow = store.DefaultGlobalWindow
 	// DefaultMaxWait is the longest a request waits for a slot.
 	DefaultMaxWait = time.Minute
 	// DefaultRetries is how many times a request is retried.
 	DefaultRetries = 3
 	// DefaultResetOffset is added to every reset and retry-after.
-	DefaultResetOffset = 10 * time.Millisecond
+	DefaultResetOffset = store.DefaultResetOffset
 	// DefaultInvalidBudget is half of Discord's 10,000 invalid requests per
 	// ten minutes.
-	DefaultInvalidBudget = 5000
+	DefaultInvalidBudget = store.DefaultInvalidBudget
 	// DefaultCooldown is how long a credential that answered 401, or a
 	// webhook that answered 401 or 404, is refused without asking Discord.
-	DefaultCooldown = 10 * time.Minute
+	DefaultCooldown = store.DefaultCooldown
 )
 
 // defaultHashKey keys the hash of credentials when WithHashKey is not used.
@@ -73,17 +71,12 @@ const defaultHashKey = "ratecord credential hash v1"
 
 func defaultConfig() config {
 	return config{
-		globalLimit:   DefaultGlobalLimit,
-		globalWindow:  DefaultGlobalWindow,
-		maxWait:       DefaultMaxWait,
-		retries:       DefaultRetries,
-		backoff:       defaultBackOff,
-		offset:        DefaultResetOffset,
-		invalidBudget: DefaultInvalidBudget,
-		cooldown:      DefaultCooldown,
-		logger:        slog.New(slog.DiscardHandler),
-		hashKey:       []byte(defaultHashKey),
-		clock:         clock.Real{},
+		maxWait: DefaultMaxWait,
+		retries: DefaultRetries,
+		backoff: defaultBackOff,
+		logger:  slog.New(slog.DiscardHandler),
+		hashKey: []byte(defaultHashKey),
+		clock:   clock.Real{},
 	}
 }
 
@@ -101,6 +94,14 @@ func defaultBackOff() backoff.BackOff {
 // WithStore makes the transport keep its state in s, which may be shared
 // with other transports and processes. The transport does not close s.
 // Without it the transport creates, owns and closes a memory store.
+//
+// The limits every request shares (the global limit, the invalid-request
+// budget, cooldowns, the reset offset) are then s's [store.Policy], given
+// when s was built (memstore.WithPolicy, redisstore.WithPolicy):
+// [NewTransport] panics when WithStore is combined with [WithGlobalLimit],
+// [WithResetOffset], [WithInvalidRequestBudget] or [WithCooldown], which
+// configure the store the transport creates. [WithBotGlobalLimit] works with
+// any store.
 func WithStore(s store.Store) Option {
 	return optionFunc(func(c *config) {
 		if s != nil {
@@ -110,18 +111,43 @@ func WithStore(s store.Store) Option {
 }
 
 // WithGlobalLimit sets how many requests one credential may send in any
-// sliding window of length per. The defaults are [DefaultGlobalLimit] and
-// [DefaultGlobalWindow]; bots with a raised limit set theirs here. Values
+// sliding window of length per, in the memory store the transport creates
+// (see [WithStore]). The defaults are [DefaultGlobalLimit] and
+// [DefaultGlobalWindow]; a bot with a raised limit may set it here, or with
+// [WithBotGlobalLimit] when it shares the transport with other bots. Values
 // below one (or a non-positive per) are ignored.
 func WithGlobalLimit(n int, per time.Duration) Option {
 	return optionFunc(func(c *config) {
+		c.setPolicy("WithGlobalLimit")
 		if n > 0 {
-			c.globalLimit = n
+			c.policy.GlobalLimit = n
 		}
 		if per > 0 {
-			c.globalWindow = per
+			c.policy.GlobalWindow = per
 		}
 	})
+}
+
+// WithBotGlobalLimit gives the bot whose user id is botID its own global
+// limit of n requests per global window: Discord raises it for large bots
+// on request. The bot is recognised by its token, whose first segment
+// encodes its user id, so no token is named in configuration. It works with
+// any store, and may be given once per bot; n below one is ignored.
+func WithBotGlobalLimit(botID string, n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 || botID == "" {
+			return
+		}
+		if c.botLimits == nil {
+			c.botLimits = make(map[string]int)
+		}
+		c.botLimits[botID] = n
+	})
+}
+
+// setPolicy records that option name configures the store's policy.
+func (c *config) setPolicy(name string) {
+	c.policyOpts = append(c.policyOpts, name)
 }
 
 // WithMaxWait sets the longest a request may wait for a slot. A request
@@ -153,34 +179,45 @@ func WithBackOff(newBackOff func() backoff.BackOff) Option {
 
 // WithResetOffset sets the safety margin added to every bucket reset and
 // 429 retry-after, absorbing latency and clock jitter between Discord's
-// servers. The default is [DefaultResetOffset].
+// servers, in the memory store the transport creates (see [WithStore]).
+// Zero or negative means none. The default is [DefaultResetOffset].
 func WithResetOffset(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.offset = max(d, 0) })
+	return optionFunc(func(c *config) {
+		c.setPolicy("WithResetOffset")
+		if d <= 0 {
+			d = -1 // store.Policy's "none"
+		}
+		c.policy.ResetOffset = d
+	})
 }
 
 // WithInvalidRequestBudget sets how many invalid responses (401, 403, and
 // 429 other than scope shared) may arrive within ten minutes before the
-// transport refuses to send, keeping clear of Discord's ban at 10,000.
-// A negative n disables the guard. The default is [DefaultInvalidBudget].
+// transport refuses to send, keeping clear of Discord's ban at 10,000, in
+// the memory store the transport creates (see [WithStore]). Zero or a
+// negative n disables the guard. The default is [DefaultInvalidBudget].
 func WithInvalidRequestBudget(n int) Option {
 	return optionFunc(func(c *config) {
+		c.setPolicy("WithInvalidRequestBudget")
 		if n == 0 {
 			n = -1
 		}
-		c.invalidBudget = n
+		c.policy.InvalidBudget = n
 	})
 }
 
 // WithCooldown sets how long a credential that answered 401, or a webhook
 // or interaction token that answered 401 or 404, fails fast without a
-// request to Discord. A negative d disables it. The default is
+// request to Discord, in the memory store the transport creates (see
+// [WithStore]). Zero or a negative d disables it. The default is
 // [DefaultCooldown].
 func WithCooldown(d time.Duration) Option {
 	return optionFunc(func(c *config) {
+		c.setPolicy("WithCooldown")
 		if d == 0 {
 			d = -1
 		}
-		c.cooldown = d
+		c.policy.Cooldown = d
 	})
 }
 

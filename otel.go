@@ -349,7 +349,7 @@ func (r *reqTelemetry) queue(n int64) {
 
 // acquired records a granted slot: how long it took, and a child span for
 // a wait.
-func (r *reqTelemetry) acquired(p store.Permit) {
+func (r *reqTelemetry) acquired(p *store.Reservation) {
 	r.bucket = p.Bucket
 	if r.t.wait.Enabled(r.ctx) {
 		r.t.wait.Record(r.ctx, p.Waited.Seconds(), r.name().rec...)

@@ -453,7 +453,7 @@ func TestTelemetryGuardRefusal(t *testing.T) {
 	}
 }
 
-// flakyStore is a memory store whose Update always fails and whose
+// flakyStore is a memory store whose reports always fail and whose
 // Acquire fails when told to; it reports fallbacks to a local limiter.
 type flakyStore struct {
 	store.Store
@@ -462,15 +462,20 @@ type flakyStore struct {
 
 var errBackend = errors.New("backend unreachable")
 
-func (s *flakyStore) Acquire(ctx context.Context, c store.Claim) (store.Permit, error) {
+func (s *flakyStore) Acquire(ctx context.Context, c store.Claim) (*store.Reservation, error) {
 	if s.failAcquire.Load() {
-		return store.Permit{}, errBackend
+		return nil, errBackend
 	}
-	return s.Store.Acquire(ctx, c)
+	r, err := s.Store.Acquire(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return store.NewReservation(s, c, r.Bucket, r.Waited, r, 0), nil
 }
 
-func (s *flakyStore) Update(ctx context.Context, p store.Permit, u store.Update) error {
-	s.Store.Update(ctx, p, u)
+func (s *flakyStore) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
+	inner, _ := r.Handle()
+	inner.(*store.Reservation).Report(ctx, u)
 	return errBackend
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,9 +55,13 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 		log:   cfg.logger,
 		done:  make(chan struct{}),
 	}
-	if t.store == nil {
-		t.store = memstore.New()
+	switch {
+	case t.store == nil:
+		t.store = memstore.New(memstore.WithPolicy(cfg.policy))
 		t.ownsStore = true
+	case len(cfg.policyOpts) > 0:
+		panic("ratecord: " + strings.Join(cfg.policyOpts, ", ") + " configure the memory store NewTransport creates; " +
+			"with WithStore, give the store its policy when building it (memstore.WithPolicy, redisstore.WithPolicy)")
 	}
 	t.tel = newTelemetry(&cfg, t.store)
 	return t
@@ -102,7 +107,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	key := t.keyer.key(req, t.cfg.clock.Now)
 	ctx, tel := t.tel.start(req, &key) // ctx carries the request's span, if any
 	defer func() { tel.end(resp, err) }()
-	claim := t.claim(key)
+	claim := t.claim(key, req)
 	var bo backoff.BackOff
 
 	for attempt := 1; ; attempt++ {
@@ -114,19 +119,20 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			return nil, t.giveUp(&tel, key, err, attempt)
 		}
 		tel.acquired(permit)
+		bucket := permit.Bucket
 
 		out, err := t.prepare(req, attempt)
 		if err != nil {
-			t.report(ctx, permit, t.update(key, false, nil, nil))
+			permit.Recycle() // cancels it
 			closeBody(req)
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(tel.outgoing(out))
 		if err != nil {
-			t.report(ctx, permit, t.update(key, true, nil, nil))
+			t.report(ctx, permit, t.update(true, nil, nil))
 			if t.retryable(req, attempt) && ctx.Err() == nil {
 				if wait := t.nextWait(&bo); t.sleep(ctx, wait) {
-					t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, RetryAfter: wait, Attempt: attempt, Err: err})
+					t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, RetryAfter: wait, Attempt: attempt, Err: err})
 					continue
 				}
 			}
@@ -135,7 +141,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 
 		lim, err := t.readLimits(resp, key)
 		if err != nil {
-			t.report(ctx, permit, t.update(key, true, resp, &lim))
+			t.report(ctx, permit, t.update(true, resp, &lim))
 			resp.Body.Close()
 			return nil, err
 		}
@@ -144,17 +150,17 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			// credential wait as long, so none retries in a tight loop.
 			lim.retryAfter = max(lim.retryAfter, t.nextWait(&bo))
 		}
-		t.report(ctx, permit, t.update(key, true, resp, &lim))
+		t.report(ctx, permit, t.update(true, resp, &lim))
 
 		switch {
 		case resp.StatusCode == http.StatusTooManyRequests:
-			t.rateLimited(ctx, &tel, key, permit, resp, &lim, attempt)
+			t.rateLimited(ctx, &tel, key, bucket, resp, &lim, attempt)
 			if attempt > t.cfg.retries || !replayable(req) {
-				t.event(&tel, Event{Kind: EventGaveUp, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+				t.event(&tel, Event{Kind: EventGaveUp, Route: key.route, Bucket: bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 				return resp, nil
 			}
 			// The store now knows the wait: the next claim waits it.
-			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 			drain(resp)
 		case resp.StatusCode >= 500 && t.retryable(req, attempt):
 			wait := t.nextWait(&bo)
@@ -162,33 +168,28 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			if !t.sleep(ctx, wait) {
 				return nil, ctx.Err()
 			}
-			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: permit.Bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
+			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
 		default:
 			return resp, nil
 		}
 	}
 }
 
-// globalHold is the least time a request's global slot is held after its
-// grant when no response has come back: a request may sit that long in
-// local queues and connection setup before it reaches Discord.
-const globalHold = 250 * time.Millisecond
-
-// claim describes the request to the store.
-func (t *Transport) claim(key routeKey) store.Claim {
-	return store.Claim{
-		Credential:    key.credential,
-		Route:         key.route,
-		Major:         key.major,
-		Global:        key.global,
-		TokenAuth:     key.tokenAuth,
-		GlobalLimit:   t.cfg.globalLimit,
-		GlobalWindow:  t.cfg.globalWindow,
-		Offset:        max(t.cfg.offset, globalHold),
-		InvalidBudget: t.cfg.invalidBudget,
-		MaxWait:       t.cfg.maxWait,
-		Done:          t.done,
+// claim names the request to the store.
+func (t *Transport) claim(key routeKey, req *http.Request) store.Claim {
+	c := store.Claim{
+		Credential: key.credential,
+		Route:      key.route,
+		Major:      key.major,
+		Global:     key.global,
+		TokenAuth:  key.tokenAuth,
+		MaxWait:    t.cfg.maxWait,
+		Done:       t.done,
 	}
+	if len(t.cfg.botLimits) > 0 && key.credential != store.Unauthenticated {
+		c.GlobalLimit = t.cfg.botLimits[botID(req.Header.Get("Authorization"))]
+	}
+	return c
 }
 
 // prepare returns the request to send for an attempt: req itself the first
@@ -233,17 +234,8 @@ type readCloser struct {
 }
 
 // update turns what happened to a request into a store update.
-func (t *Transport) update(key routeKey, sent bool, resp *http.Response, lim *limits) store.Update {
-	u := store.Update{
-		Credential: key.credential,
-		Route:      key.route,
-		Major:      key.major,
-		Global:     key.global,
-		TokenAuth:  key.tokenAuth,
-		Sent:       sent,
-		Offset:     t.cfg.offset,
-		Cooldown:   t.cfg.cooldown,
-	}
+func (t *Transport) update(sent bool, resp *http.Response, lim *limits) store.Update {
+	u := store.Update{Sent: sent}
 	if resp == nil || lim == nil {
 		return u
 	}
@@ -255,25 +247,27 @@ func (t *Transport) update(key routeKey, sent bool, resp *http.Response, lim *li
 	return u
 }
 
-// report applies an update. A store that fails here does not fail the
-// request: the response is still the caller's; the failure is logged.
-func (t *Transport) report(ctx context.Context, p store.Permit, u store.Update) {
-	if err := t.store.Update(ctx, p, u); err != nil && !errors.Is(err, store.ErrClosed) {
+// report settles a reservation with what the response taught, and
+// recycles it. A store that fails here does not fail the request: the
+// response is still the caller's; the failure is logged.
+func (t *Transport) report(ctx context.Context, p *store.Reservation, u store.Update) {
+	if err := p.Report(ctx, u); err != nil && !errors.Is(err, store.ErrClosed) {
 		t.tel.storeError(ctx, "update")
 		t.log.LogAttrs(ctx, slog.LevelError, "ratecord: store update failed",
-			slog.String("route", u.Route), slog.String("bucket", p.Bucket), slog.Any("error", err))
+			slog.String("route", p.Claim.Route), slog.String("bucket", p.Bucket), slog.Any("error", err))
 	}
+	p.Recycle()
 }
 
 // rateLimited reports a 429.
-func (t *Transport) rateLimited(ctx context.Context, tel *reqTelemetry, key routeKey, p store.Permit, resp *http.Response, lim *limits, attempt int) {
-	t.event(tel, Event{Kind: EventRateLimited, Route: key.route, Bucket: lim.bucketOr(p.Bucket), Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
+func (t *Transport) rateLimited(ctx context.Context, tel *reqTelemetry, key routeKey, bucket string, resp *http.Response, lim *limits, attempt int) {
+	t.event(tel, Event{Kind: EventRateLimited, Route: key.route, Bucket: lim.bucketOr(bucket), Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
 	level := slog.LevelWarn
 	if lim.scope == store.ScopeShared {
 		level = slog.LevelInfo
 	}
 	t.log.LogAttrs(ctx, level, "ratecord: rate limited",
-		slog.String("route", key.route), slog.String("bucket", lim.bucketOr(p.Bucket)),
+		slog.String("route", key.route), slog.String("bucket", lim.bucketOr(bucket)),
 		slog.String("scope", string(lim.scope)), slog.Duration("retry_after", lim.retryAfter),
 		slog.Int("attempt", attempt))
 }

@@ -3,6 +3,7 @@ package ratecord_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
 )
 
 func TestMain(m *testing.M) {
@@ -848,4 +851,46 @@ func TestRouteMovesToAnotherBucket(t *testing.T) {
 			t.Errorf("a request sent %v after the new bucket was announced got a 429", s.at.Sub(learned)-f.delay)
 		}
 	}
+}
+
+func TestBotGlobalLimit(t *testing.T) {
+	t.Parallel()
+	f := newFakeDiscord()
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("GET", channelRE, f.plain(200, `{}`))
+	const big, small = "123456789012345678", "876543210987654321"
+	token := func(id string) string {
+		return "Bot " + base64.RawStdEncoding.EncodeToString([]byte(id)) + ".GhIjKl.signature-part-of-the-token"
+	}
+	c, _ := newClient(t, mock, ratecord.WithGlobalLimit(2, time.Hour), ratecord.WithBotGlobalLimit(big, 4),
+		ratecord.WithMaxWait(time.Minute))
+	for i := range 4 {
+		okResp(t)(do(t, c, "GET", fmt.Sprintf("%s/channels/%d", api, i), token(big)))
+	}
+	for i := range 2 {
+		okResp(t)(do(t, c, "GET", fmt.Sprintf("%s/channels/%d", api, i), token(small)))
+	}
+	// Both bots have now spent their own limits: a fifth request of the
+	// large bot and a third of the other wait for the hour-long window.
+	for _, tok := range []string{token(big), token(small)} {
+		_, err := do(t, c, "GET", api+"/channels/9", tok)
+		var rl *ratecord.RateLimitError
+		if !errors.As(err, &rl) || !errors.Is(err, ratecord.ErrWaitTooLong) || rl.Scope != store.ScopeGlobal {
+			t.Errorf("request past the bot's global limit: %v; want a global *RateLimitError wrapping ErrWaitTooLong", err)
+		}
+	}
+}
+
+func TestPolicyOptionsWithStorePanic(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	t.Cleanup(func() { s.Close() })
+	defer func() {
+		msg, _ := recover().(string)
+		if !strings.Contains(msg, "WithInvalidRequestBudget") || !strings.Contains(msg, "WithPolicy") {
+			t.Errorf("NewTransport(WithStore, WithInvalidRequestBudget) panicked with %q; want a message naming the option and WithPolicy", msg)
+		}
+	}()
+	ratecord.NewTransport(nil, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(10))
+	t.Error("NewTransport(WithStore, WithInvalidRequestBudget) returned; want a panic")
 }

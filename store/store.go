@@ -5,8 +5,10 @@
 // was learned to use, each bucket's limit, remaining count and reset time, the
 // global window of every credential, pauses ordered by 429 responses, and the
 // invalid-request guard. The transport asks it one question per attempt,
-// through [Store.Acquire]: may this request go now? and tells it what the
-// response taught through [Store.Update].
+// through [Store.Acquire]: may this request go now? The answer is a
+// [Reservation], through which the transport tells the store what the
+// response taught ([Reservation.Report]) or that the request was not sent
+// ([Reservation.Cancel]).
 //
 // Implementations live in their own packages (store/memstore for one process,
 // store/redisstore for many) and prove the same semantics by passing the
@@ -17,15 +19,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Store keeps rate-limit state and grants permission to send requests.
 //
 // Implementations must be safe for concurrent use by multiple goroutines.
+// What is the same for every request (the global limit, the invalid-request
+// budget, cooldowns, safety margins) is the store's [Policy], given when the
+// store is built.
 type Store interface {
-	// Acquire blocks until the request described by c may be sent and returns
-	// a Permit for it. Waiters on one bucket are granted in arrival order.
+	// Acquire blocks until the request named by c may be sent and returns a
+	// Reservation for it. Waiters on one bucket are granted in arrival order.
 	//
 	// Acquire returns early with an error when ctx is done, when c.Done is
 	// closed, when the store is closed ([ErrClosed]), or when the store knows
@@ -34,26 +41,96 @@ type Store interface {
 	// credential or webhook) gets a *[WaitError] wrapping the reason as well.
 	//
 	// A waiter that gives up leaves the queue and gives back any slot it had
-	// been granted. Every Permit returned must be followed by exactly one
-	// call to Update.
-	Acquire(ctx context.Context, c Claim) (Permit, error)
-
-	// Update reports what happened to a request sent under p: the rate-limit
-	// headers of its response, a 429, or that it was never sent. It never
-	// reopens a window early: stale or partial information only makes the
-	// store more conservative. Update must apply u even when ctx is done
-	// (the response has arrived; what it says must not be lost): stores
-	// doing I/O use context.WithoutCancel(ctx).
-	Update(ctx context.Context, p Permit, u Update) error
+	// been granted. The caller settles every Reservation it gets, once, with
+	// [Reservation.Report] or [Reservation.Cancel].
+	Acquire(ctx context.Context, c Claim) (*Reservation, error)
 
 	// Close releases every waiter with [ErrClosed] and frees the store's
 	// resources. Close is idempotent.
 	Close() error
 }
 
-// Claim describes a request that wants to be sent.
-//
-// The zero value of each policy field selects the documented default.
+// Policy is what a store applies to every request. The zero value of each
+// field selects the documented default; see [Policy.Normalize].
+type Policy struct {
+	// GlobalLimit is the number of requests a credential may send in any
+	// window of GlobalWindow. Zero means [DefaultGlobalLimit]. A claim may
+	// name another limit for its credential ([Claim.GlobalLimit]).
+	GlobalLimit int
+	// GlobalWindow is the length of the sliding global window. Zero means
+	// [DefaultGlobalWindow].
+	GlobalWindow time.Duration
+	// GlobalHold bounds how long after its grant a request may reach
+	// Discord. Its global slot's window starts when its response arrives
+	// (it reached Discord by then), or GlobalHold after the grant if that is
+	// earlier, so a request that was slow to leave cannot share a window
+	// with later ones. Zero means [DefaultGlobalHold]; it is never less than
+	// ResetOffset.
+	GlobalHold time.Duration
+	// ResetOffset is the safety margin added to every reset and pause,
+	// absorbing latency and clock jitter between Discord's servers. Zero
+	// means [DefaultResetOffset]; a negative value means none.
+	ResetOffset time.Duration
+	// InvalidBudget is the number of invalid responses (401, 403 and 429
+	// other than scope shared) allowed within [InvalidWindow] before the
+	// store refuses requests. Zero means [DefaultInvalidBudget]; a negative
+	// value disables the guard.
+	InvalidBudget int
+	// Cooldown is how long a credential that got a 401, or a webhook that
+	// got a 401 or 404, is refused. Zero means [DefaultCooldown]; a negative
+	// value disables it.
+	Cooldown time.Duration
+}
+
+// Normalize returns p with every default filled in, durations bounded to a
+// day, and the disabling values made explicit: ResetOffset 0 for none,
+// InvalidBudget and Cooldown negative when disabled. Stores call it once,
+// when they are built.
+func (p Policy) Normalize() Policy {
+	if p.GlobalLimit <= 0 {
+		p.GlobalLimit = DefaultGlobalLimit
+	}
+	if p.GlobalWindow <= 0 {
+		p.GlobalWindow = DefaultGlobalWindow
+	}
+	p.GlobalWindow = ClampDuration(p.GlobalWindow)
+	switch {
+	case p.ResetOffset == 0:
+		p.ResetOffset = DefaultResetOffset
+	case p.ResetOffset < 0:
+		p.ResetOffset = 0
+	}
+	p.ResetOffset = ClampDuration(p.ResetOffset)
+	if p.GlobalHold <= 0 {
+		p.GlobalHold = DefaultGlobalHold
+	}
+	p.GlobalHold = max(ClampDuration(p.GlobalHold), p.ResetOffset)
+	switch {
+	case p.InvalidBudget == 0:
+		p.InvalidBudget = DefaultInvalidBudget
+	case p.InvalidBudget < 0:
+		p.InvalidBudget = -1
+	}
+	switch {
+	case p.Cooldown == 0:
+		p.Cooldown = DefaultCooldown
+	case p.Cooldown < 0:
+		p.Cooldown = -1
+	}
+	p.Cooldown = max(-1, min(p.Cooldown, 24*time.Hour))
+	return p
+}
+
+// Limit returns the global limit of a claim's credential: c.GlobalLimit
+// when set, else the policy's.
+func (p *Policy) Limit(c *Claim) int {
+	if c.GlobalLimit > 0 {
+		return c.GlobalLimit
+	}
+	return p.GlobalLimit
+}
+
+// Claim names a request that wants to be sent.
 type Claim struct {
 	// Credential identifies who sends the request: a keyed hash of the
 	// Authorization header, or [Unauthenticated]. It never holds a token.
@@ -71,22 +148,10 @@ type Claim struct {
 	// path (webhooks, interactions) rather than the Authorization header.
 	TokenAuth bool
 
-	// GlobalLimit is the number of requests a credential may send in any
-	// window of GlobalWindow. Zero means 50.
+	// GlobalLimit, when positive, is the credential's own global limit per
+	// [Policy.GlobalWindow], for a bot whose limit Discord raised. Every
+	// claim of one credential should name the same limit.
 	GlobalLimit int
-	// GlobalWindow is the length of the sliding global window. Zero means one
-	// second.
-	GlobalWindow time.Duration
-	// Offset bounds how long after its grant the request may reach Discord.
-	// Its global slot's window starts when its response arrives (it reached
-	// Discord by then), or Offset after the grant if that is earlier, so a
-	// request that was slow to leave cannot share a window with later ones.
-	Offset time.Duration
-	// InvalidBudget is the number of invalid responses (401, 403 and 429
-	// other than scope shared) allowed within [InvalidWindow] before the
-	// store refuses requests. Zero means 5,000; a negative value disables the
-	// guard.
-	InvalidBudget int
 	// MaxWait is the longest the caller accepts to wait. Zero means no limit
 	// other than ctx.
 	MaxWait time.Duration
@@ -94,29 +159,85 @@ type Claim struct {
 	Done <-chan struct{}
 }
 
-// Permit is the store's grant for one request. Its fields are set by the
-// store that issued it and must be handed back unchanged to [Store.Update].
-type Permit struct {
+// Settler is implemented by stores: it applies what a reservation's
+// request taught. [Reservation] calls it at most once per reservation.
+type Settler interface {
+	Settle(ctx context.Context, r *Reservation, u Update) error
+}
+
+// Reservation is a store's grant for one request: the request may be sent.
+// Exactly one report settles it: [Reservation.Report] says what the response
+// taught, [Reservation.Cancel] that the request was not sent. Later calls
+// do nothing, so a slot is never released twice; a reservation never
+// settled keeps its slot (and its bucket's window) until the store forgets
+// the bucket.
+type Reservation struct {
+	// Claim is the claim the reservation grants.
+	Claim Claim
 	// Bucket names the counter the request was granted from, for telemetry
 	// and errors: the learned bucket hash, or "" when the route's bucket is
 	// not known yet or the route has none.
 	Bucket string
 	// Waited is how long Acquire blocked.
 	Waited time.Duration
-	// Handle and Token are private to the store that issued the Permit.
-	Handle any
-	Token  uint64
+
+	settler Settler
+	handle  any
+	token   uint64
+	state   atomic.Uint32
 }
+
+var reservations = sync.Pool{New: func() any { return new(Reservation) }}
+
+// NewReservation returns a reservation of c that s settles. Stores call it;
+// handle and token are theirs, returned by [Reservation.Handle]. A store
+// must not keep the reservation once it has settled it.
+func NewReservation(s Settler, c Claim, bucket string, waited time.Duration, handle any, token uint64) *Reservation {
+	r := reservations.Get().(*Reservation)
+	r.Claim, r.Bucket, r.Waited = c, bucket, waited
+	r.settler, r.handle, r.token = s, handle, token
+	r.state.Store(0)
+	return r
+}
+
+// Recycle lets a later reservation reuse r's memory, sparing an
+// allocation per request. It is optional, for callers that hold r alone:
+// after Recycle, r must not be used at all. Recycle of a reservation not
+// yet settled cancels it first.
+func (r *Reservation) Recycle() {
+	r.Cancel()
+	*r = Reservation{}
+	reservations.Put(r)
+}
+
+// Handle returns what the issuing store recorded in the reservation.
+func (r *Reservation) Handle() (handle any, token uint64) { return r.handle, r.token }
+
+// Report tells the store what happened to the request: the rate-limit
+// headers of its response, a 429, or (u.Sent false) that it was never
+// sent, which gives its slot back. It never reopens a window early: stale
+// or partial information only makes the store more conservative. A store
+// applies u even when ctx is done (the response has arrived; what it says
+// must not be lost). Report returns [ErrSettled] when the reservation was
+// already settled, and then changes nothing.
+func (r *Reservation) Report(ctx context.Context, u Update) error {
+	if !r.state.CompareAndSwap(0, 1) {
+		return ErrSettled
+	}
+	return r.settler.Settle(ctx, r, u)
+}
+
+// Cancel gives the reservation's slot back: the request was not sent. It
+// does nothing when the reservation was already settled.
+func (r *Reservation) Cancel() {
+	_ = r.Report(context.Background(), Update{})
+}
+
+// Settled reports whether Report or Cancel was called.
+func (r *Reservation) Settled() bool { return r.state.Load() != 0 }
 
 // Update carries what a response taught about the limits.
 type Update struct {
-	// Credential, Route, Major, Global and TokenAuth repeat the claim.
-	Credential string
-	Route      string
-	Major      string
-	Global     bool
-	TokenAuth  bool
-
 	// Sent is false when the request never left the process: its slot is
 	// given back. A request that failed in flight counts as sent.
 	Sent bool
@@ -138,12 +259,6 @@ type Update struct {
 	Scope Scope
 	// RetryAfter is how long a 429 asks to wait.
 	RetryAfter time.Duration
-
-	// Offset is the safety margin added to every reset and pause.
-	Offset time.Duration
-	// Cooldown is how long a credential that got a 401, or a webhook that got
-	// a 401 or 404, is refused. Zero means ten minutes; negative disables.
-	Cooldown time.Duration
 }
 
 // Scope says which limit a 429 response or a refusal refers to.
@@ -174,12 +289,24 @@ const Unauthenticated = "unauthenticated"
 // InvalidWindow is the window over which Discord counts invalid requests.
 const InvalidWindow = 10 * time.Minute
 
-// Defaults applied by stores when a Claim or Update leaves a field zero.
+// Defaults of a [Policy] field left zero.
 const (
-	DefaultGlobalLimit   = 50
-	DefaultGlobalWindow  = time.Second
+	// DefaultGlobalLimit is Discord's default global limit per credential.
+	DefaultGlobalLimit = 50
+	// DefaultGlobalWindow is Discord's window of the global limit.
+	DefaultGlobalWindow = time.Second
+	// DefaultGlobalHold is how long after its grant a request's global
+	// slot is counted from at the latest: it may sit that long in local
+	// queues and connection setup before it reaches Discord.
+	DefaultGlobalHold = 250 * time.Millisecond
+	// DefaultResetOffset is added to every reset and retry-after.
+	DefaultResetOffset = 10 * time.Millisecond
+	// DefaultInvalidBudget is half of Discord's 10,000 invalid requests per
+	// ten minutes.
 	DefaultInvalidBudget = 5000
-	DefaultCooldown      = 10 * time.Minute
+	// DefaultCooldown is how long a credential that answered 401, or a
+	// webhook that answered 401 or 404, is refused without asking Discord.
+	DefaultCooldown = 10 * time.Minute
 )
 
 // Errors returned by stores, wrapped in a *WaitError.
@@ -194,6 +321,8 @@ var (
 	ErrUnauthorized = errors.New("ratecord: credential recently answered 401 Unauthorized")
 	// ErrWebhookGone means the webhook recently answered 401 or 404.
 	ErrWebhookGone = errors.New("ratecord: webhook recently answered 401 or 404")
+	// ErrSettled means a reservation was reported or cancelled already.
+	ErrSettled = errors.New("ratecord: reservation already settled")
 )
 
 // WaitError reports why Acquire did not grant a request.

@@ -22,6 +22,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
 
@@ -88,7 +89,6 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	opts := []ratecord.Option{
 		ratecord.WithMeterProvider(p.meters),
 		ratecord.WithLogger(logger),
-		ratecord.WithGlobalLimit(cfg.globalLimit, time.Second),
 		ratecord.WithMaxWait(cfg.maxWait),
 		ratecord.WithRetries(cfg.retries),
 	}
@@ -100,9 +100,12 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		p.store = redisstore.New(p.redis,
 			redisstore.WithPrefix(cfg.redisPrefix),
 			redisstore.WithFailurePolicy(cfg.redisFail),
-			redisstore.WithLogger(logger))
+			redisstore.WithLogger(logger),
+			redisstore.WithPolicy(store.Policy{GlobalLimit: cfg.globalLimit}))
 		opts = append(opts, ratecord.WithStore(p.store))
 		p.checkRedis()
+	} else {
+		opts = append(opts, ratecord.WithGlobalLimit(cfg.globalLimit, time.Second))
 	}
 	p.transport = ratecord.NewTransport(p.upstream, opts...)
 

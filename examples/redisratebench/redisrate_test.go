@@ -123,16 +123,13 @@ func BenchmarkRedisstoreAcquireUpdate(b *testing.B) {
 	c := client(b)
 	p := prefix(b)
 	cleanup(b, c, p)
-	s := redisstore.New(c, redisstore.WithPrefix(p))
+	s := redisstore.New(c, redisstore.WithPrefix(p),
+		redisstore.WithPolicy(store.Policy{GlobalLimit: 1 << 30, GlobalHold: 10 * time.Millisecond}))
 	b.Cleanup(func() { s.Close() })
-	claim := store.Claim{
-		Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1",
-		Global: true, GlobalLimit: 1 << 30, Offset: 10 * time.Millisecond,
-	}
+	claim := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true}
 	update := store.Update{
-		Credential: claim.Credential, Route: claim.Route, Major: claim.Major, Global: true,
 		Sent: true, Status: 200, Bucket: "abcd", HasLimit: true, Limit: 1 << 30, Remaining: 1 << 29,
-		ResetAfter: time.Hour, Offset: 10 * time.Millisecond,
+		ResetAfter: time.Hour,
 	}
 	ctx := context.Background()
 	// Learn the bucket outside the measurement.
@@ -140,7 +137,7 @@ func BenchmarkRedisstoreAcquireUpdate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Update(ctx, pm, update); err != nil {
+	if err := pm.Report(ctx, update); err != nil {
 		b.Fatal(err)
 	}
 	before := serverUsec(c)
@@ -152,7 +149,7 @@ func BenchmarkRedisstoreAcquireUpdate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Update(ctx, pm, update); err != nil {
+		if err := pm.Report(ctx, update); err != nil {
 			b.Fatal(err)
 		}
 	}

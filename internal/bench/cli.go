@@ -18,23 +18,24 @@ import (
 
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/discordtest"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
 )
 
 // Ratecord is the contender: a ratecord Transport over the base transport,
 // with its invalid-request guard at half the emulator's ban threshold.
 func Ratecord() Limiter {
 	return Limiter{Name: "ratecord", New: func(base http.RoundTripper, cfg ClientConfig) Client {
-		tr := ratecord.NewTransport(base, ratecord.WithInvalidRequestBudget(invalidLimit/2), globalOption(cfg))
+		tr := ratecord.NewTransport(base, ratecord.WithStore(memstore.New(memstore.WithPolicy(policy(cfg)))))
 		return HTTPClient{C: &http.Client{Transport: tr}, Close_: tr.Close}
 	}}
 }
 
-// globalOption gives the transport the run's global limit, if raised.
-func globalOption(cfg ClientConfig) ratecord.Option {
-	if cfg.GlobalLimit <= 0 {
-		return nil
-	}
-	return ratecord.WithGlobalLimit(cfg.GlobalLimit, time.Second)
+// policy is the stores' policy for a run: the run's global limit, if
+// raised, and the invalid-request guard at half the emulator's ban
+// threshold.
+func policy(cfg ClientConfig) store.Policy {
+	return store.Policy{GlobalLimit: cfg.GlobalLimit, InvalidBudget: invalidLimit / 2}
 }
 
 // Main is the "bench" command: it parses args, runs the suite with the

@@ -127,8 +127,8 @@ func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Cl
 	rdb := rc.client()
 	hook := &rediscount.Hook{}
 	rdb.AddHook(hook)
-	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)))
-	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(invalidLimit/2), globalOption(cfg))
+	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)), redisstore.WithPolicy(policy(cfg)))
+	tr := ratecord.NewTransport(base, ratecord.WithStore(s))
 	return &redisClient{
 		HTTPClient: HTTPClient{C: &http.Client{Transport: tr}, Close_: func() error {
 			tr.Close()

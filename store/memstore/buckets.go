@@ -131,8 +131,8 @@ func (s *Store) unlimited(cr *cred, now int64) *bucket {
 // learn applies what a response teaches about its route and returns the
 // bucket the response concerns: the one it names, the one it was granted
 // from, or nil when the route turned out to have none.
-func (s *Store) learn(cr *cred, granted *bucket, u *store.Update, now int64) *bucket {
-	r := s.route(cr, u.Route, now)
+func (s *Store) learn(cr *cred, granted *bucket, c *store.Claim, u *store.Update, now int64) *bucket {
+	r := s.route(cr, c.Route, now)
 	learned := model.LearnRoute(r.hash, r.none, u.Bucket, int64(u.Status), u.HasLimit)
 	switch learned {
 	case model.RouteLearned:
@@ -145,7 +145,7 @@ func (s *Store) learn(cr *cred, granted *bucket, u *store.Update, now int64) *bu
 	}
 	switch {
 	case u.Bucket != "":
-		return s.resolve(cr, u.Route, u.Major, now)
+		return s.resolve(cr, c.Route, c.Major, now)
 	case learned == model.RouteNone:
 		return nil // bound by the global limit only
 	}

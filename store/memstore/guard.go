@@ -48,7 +48,7 @@ func (l *invalidLog) count(now int64) (int, int64) {
 
 // refuse applies the invalid-request guard and the 401/404 cooldowns.
 func (s *Store) refuse(cr *cred, c *store.Claim, now int64) error {
-	if budget := invalidBudget(c); budget > 0 {
+	if budget := s.pol.InvalidBudget; budget > 0 {
 		if n, free := s.invalid.count(now); n >= budget {
 			return &store.WaitError{Scope: store.ScopeGuard, RetryAfter: ms(free - now), Err: store.ErrInvalidBudget}
 		}
@@ -66,32 +66,21 @@ func (s *Store) refuse(cr *cred, c *store.Claim, now int64) error {
 }
 
 // count feeds the invalid-request guard and the 401/404 cooldowns.
-func (s *Store) count(cr *cred, u *store.Update, now int64) {
+func (s *Store) count(cr *cred, c *store.Claim, u *store.Update, now int64) {
 	if model.Invalid(int64(u.Status), string(u.Scope)) {
 		s.invalid.add(now)
 	}
-	cooldown := u.Cooldown
-	if cooldown == 0 {
-		cooldown = store.DefaultCooldown
-	}
-	if cooldown < 0 {
+	if s.pol.Cooldown < 0 {
 		return
 	}
-	until := now + millis(store.ClampDuration(cooldown))
-	switch model.CooldownOf(int64(u.Status), u.TokenAuth) {
+	until := now + millis(s.pol.Cooldown)
+	switch model.CooldownOf(int64(u.Status), c.TokenAuth) {
 	case model.CooldownMajor:
 		if cr.dead == nil {
 			cr.dead = make(map[string]int64)
 		}
-		cr.dead[u.Major] = until
+		cr.dead[c.Major] = until
 	case model.CooldownCredential:
 		cr.m.Unauthorized = until
 	}
-}
-
-func invalidBudget(c *store.Claim) int {
-	if c.InvalidBudget == 0 {
-		return store.DefaultInvalidBudget
-	}
-	return c.InvalidBudget
 }

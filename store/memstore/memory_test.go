@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/memstore"
 )
 
@@ -46,13 +47,13 @@ const budget = 64 << 20
 // scale with n. It then lets the store idle past every TTL and checks that
 // the heap falls back and the store is empty. It returns the largest
 // growth seen.
-func memoryRun(t *testing.T, n int, step time.Duration, opts []ratecord.Option, req func(i int) *http.Request, base http.RoundTripper) uint64 {
+func memoryRun(t *testing.T, n int, step time.Duration, pol store.Policy, req func(i int) *http.Request, base http.RoundTripper) uint64 {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	step = step * 1_000_000 / time.Duration(n)
-	st := memstore.New(memstore.WithClock(clk), memstore.WithMaxEntries(memstore.DefaultMaxEntries*n/1_000_000))
+	st := memstore.New(memstore.WithClock(clk), memstore.WithMaxEntries(memstore.DefaultMaxEntries*n/1_000_000), memstore.WithPolicy(pol))
 	defer st.Close()
-	tr := ratecord.NewTransport(base, append([]ratecord.Option{ratecord.WithStore(st)}, opts...)...)
+	tr := ratecord.NewTransport(base, ratecord.WithStore(st))
 	defer tr.Close()
 
 	limit := uint64(budget) * uint64(n) / 1_000_000
@@ -122,13 +123,13 @@ func TestMemoryDistinctCredentials(t *testing.T) {
 	var peaks [2]uint64
 	for i, tc := range []struct {
 		name string
-		opts []ratecord.Option
+		pol  store.Policy
 	}{
-		{"default", nil},
-		{"global limit 20000", []ratecord.Option{ratecord.WithGlobalLimit(20000, time.Second)}},
+		{"default", store.Policy{}},
+		{"global limit 20000", store.Policy{GlobalLimit: 20000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			peaks[i] = memoryRun(t, n, 100*time.Microsecond, tc.opts, req, base)
+			peaks[i] = memoryRun(t, n, 100*time.Microsecond, tc.pol, req, base)
 		})
 	}
 	if peaks[1] > peaks[0]+peaks[0]/8 {
@@ -148,5 +149,5 @@ func TestMemoryDistinctRoutes(t *testing.T) {
 		return r
 	}
 	base := answer{func(r *http.Request) string { return fmt.Sprint(len(r.URL.Path), r.URL.Path[len(r.URL.Path)-3:]) }}
-	memoryRun(t, n, 20*time.Millisecond, nil, req, base)
+	memoryRun(t, n, 20*time.Millisecond, store.Policy{}, req, base)
 }

@@ -44,6 +44,9 @@ type Store struct {
 	sweeps     int // sweeps run, for tests
 	lastSweep  int64
 	sweeper    alarm // sweeps while no request comes
+	pol        store.Policy
+	hold       int64 // pol.GlobalHold in milliseconds
+	offset     int64 // pol.ResetOffset in milliseconds
 }
 
 var _ store.Store = (*Store)(nil)
@@ -62,6 +65,13 @@ func withClock(c clock.Clock) Option {
 			s.clock = c
 		}
 	})
+}
+
+// WithPolicy sets what the store applies to every request: the global
+// limit and window, the invalid-request budget, cooldowns and safety
+// margins. Without it the store applies the zero Policy's defaults.
+func WithPolicy(p store.Policy) Option {
+	return optionFunc(func(s *Store) { s.pol = p })
 }
 
 // WithMaxEntries bounds the number of credentials and routes the store
@@ -94,6 +104,9 @@ func New(opts ...Option) *Store {
 			o.apply(s)
 		}
 	}
+	s.pol = s.pol.Normalize()
+	s.hold = millis(s.pol.GlobalHold)
+	s.offset = millis(s.pol.ResetOffset)
 	// The model reads 0 as "never": the store's time starts well after it.
 	s.epoch = s.clock.Now().Add(-time.Hour)
 	s.lastSweep = s.now()
@@ -145,15 +158,18 @@ const (
 	stageGone
 )
 
+// Policy returns the policy the store applies, defaults filled in.
+func (s *Store) Policy() store.Policy { return s.pol }
+
 // Acquire implements [store.Store].
-func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, error) {
+func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	c := &claim
 	if err := ctx.Err(); err != nil {
-		return store.Permit{}, &store.WaitError{Err: err}
+		return nil, &store.WaitError{Err: err}
 	}
 	select {
 	case <-c.Done:
-		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+		return nil, &store.WaitError{Err: store.ErrClosed}
 	default:
 	}
 	start := s.clock.Now()
@@ -161,22 +177,22 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 	now := s.now()
 	if s.closed {
 		s.mu.Unlock()
-		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+		return nil, &store.WaitError{Err: store.ErrClosed}
 	}
 	s.maybeSweep(now)
 	cr := s.cred(c.Credential, now)
 	if err := s.refuse(cr, c, now); err != nil {
 		s.mu.Unlock()
-		return store.Permit{}, err
+		return nil, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
 	if c.Global {
-		cr.global.configure(now, globalLimit(c), globalWindow(c))
+		cr.global.configure(now, s.pol.Limit(c), millis(s.pol.GlobalWindow))
 	}
 	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now)) {
-		p := s.grant(cr, b, c, now)
+		tok := s.grant(cr, b, c, now)
 		s.mu.Unlock()
-		return p, nil
+		return store.NewReservation(s, claim, hashOf(b), 0, handle(b), tok), nil
 	}
 
 	if wait := s.estimate(cr, b, c, now); wait > 0 {
@@ -186,11 +202,11 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 				scope = store.ScopeGlobal
 			}
 			s.mu.Unlock()
-			return store.Permit{}, &store.WaitError{Bucket: hashOf(b), Scope: scope, RetryAfter: ms(wait), Err: err}
+			return nil, &store.WaitError{Bucket: hashOf(b), Scope: scope, RetryAfter: ms(wait), Err: err}
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: millis(store.ClampDuration(c.Offset)), b: b, ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)
@@ -204,7 +220,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (store.Permit, e
 }
 
 // wait blocks until w is granted or gives up.
-func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, start time.Time) (store.Permit, error) {
+func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, start time.Time) (*store.Reservation, error) {
 	var expired <-chan time.Time
 	if c.MaxWait > 0 {
 		t := s.clock.NewTimer(c.MaxWait)
@@ -214,7 +230,7 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	var err error
 	select {
 	case <-w.ready:
-		return store.Permit{Bucket: hashOf(w.b), Waited: s.clock.Now().Sub(start), Handle: handle(w.b), Token: w.token}, nil
+		return store.NewReservation(s, *c, hashOf(w.b), s.clock.Now().Sub(start), handle(w.b), w.token), nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-c.Done:
@@ -240,7 +256,7 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 		werr.RetryAfter = ms(s.estimate(cr, w.b, c, now))
 	}
 	s.abandon(cr, w, now)
-	return store.Permit{}, werr
+	return nil, werr
 }
 
 // abandon takes w out of line and gives back what it holds.
@@ -272,16 +288,15 @@ func (s *Store) abandon(cr *cred, w *waiter, now int64) {
 }
 
 // grant takes a slot from b (if any) and from the global window (if global)
-// and returns the permit.
-func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) store.Permit {
+// and returns the global window's token, or 0.
+func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 	if b != nil {
 		b.take(now)
 	}
-	p := store.Permit{Bucket: hashOf(b), Handle: handle(b)}
 	if c.Global {
-		p.Token = cr.global.push(now, now+millis(store.ClampDuration(c.Offset)))
+		return cr.global.push(now, now+s.hold)
 	}
-	return p
+	return 0
 }
 
 func handle(b *bucket) any {
@@ -453,26 +468,29 @@ func (s *Store) wake(a *alarm, now, at int64, pump func()) {
 	})
 }
 
-// Update implements [store.Store].
-func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update) error {
+// Settle implements [store.Settler]: [store.Reservation.Report] and
+// [store.Reservation.Cancel] call it.
+func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.Update) error {
 	u := &update
+	c := &r.Claim
+	handle, token := r.Handle()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if s.closed {
 		return store.ErrClosed
 	}
-	granted, _ := p.Handle.(*bucket)
+	granted, _ := handle.(*bucket)
 	var cr *cred
 	if granted != nil {
 		cr = granted.c
 		cr.lastUsed = now
 	} else {
-		cr = s.cred(u.Credential, now)
+		cr = s.cred(c.Credential, now)
 	}
 	if !u.Sent {
-		if p.Token != 0 {
-			cr.global.remove(p.Token)
+		if token != 0 {
+			cr.global.remove(token)
 		}
 		if granted != nil {
 			granted.giveBack(now)
@@ -485,24 +503,24 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.
-	if p.Token != 0 {
-		cr.global.settle(p.Token, now, now)
+	if token != 0 {
+		cr.global.settle(token, now, now)
 	}
 
-	offset := millis(store.ClampDuration(u.Offset))
+	offset := s.offset
 	retry := millis(store.ClampDuration(u.RetryAfter)) + offset
 	target := granted
-	if granted == nil || u.Bucket == "" || granted.key.hash != u.Bucket || granted.key.major != u.Major {
+	if granted == nil || u.Bucket == "" || granted.key.hash != u.Bucket || granted.key.major != c.Major {
 		// The response may teach this route something new. (When it
 		// confirms the bucket it was granted from, nothing changes.)
-		target = s.learn(cr, granted, u, now)
+		target = s.learn(cr, granted, c, u, now)
 	}
 
 	h := model.Headers{Limit: int64(u.Limit), Remaining: int64(u.Remaining), ResetAfter: -1, Offset: offset}
 	if u.ResetAfter >= 0 {
 		h.ResetAfter = millis(store.ClampDuration(u.ResetAfter))
 	}
-	probes := cr.probes[u.Major]
+	probes := cr.probes[c.Major]
 	if u.Status == 429 {
 		switch {
 		case cr.m.Limited(now, string(u.Scope), retry):
@@ -523,7 +541,7 @@ func (s *Store) Update(ctx context.Context, p store.Permit, update store.Update)
 		target.Observe(now, h, probes)
 	}
 
-	s.count(cr, u, now)
+	s.count(cr, c, u, now)
 
 	if granted != nil {
 		s.pumpBucket(granted, now)
@@ -567,18 +585,4 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.nbuckets
-}
-
-func globalLimit(c *store.Claim) int {
-	if c.GlobalLimit > 0 {
-		return c.GlobalLimit
-	}
-	return store.DefaultGlobalLimit
-}
-
-func globalWindow(c *store.Claim) int64 {
-	if c.GlobalWindow > 0 {
-		return millis(c.GlobalWindow)
-	}
-	return millis(store.DefaultGlobalWindow)
 }

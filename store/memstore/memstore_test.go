@@ -19,14 +19,14 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return New() })
+	storetest.Run(t, func(t *testing.T, p store.Policy) store.Store { return New(WithPolicy(p)) })
 }
 
 // newFake returns a store on a fake clock, closed when the test ends.
 func newFake(t *testing.T) (*Store, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := New(withClock(clk))
+	s := New(withClock(clk), WithPolicy(store.Policy{ResetOffset: -1})) // resets exactly as reported
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close() = %v; want nil", err)
@@ -40,11 +40,7 @@ func claim(route, major string) store.Claim {
 }
 
 func sent(c store.Claim, status int) store.Update {
-	return store.Update{
-		Credential: c.Credential, Route: c.Route, Major: c.Major,
-		Global: c.Global, TokenAuth: c.TokenAuth,
-		Sent: true, Status: status,
-	}
+	return store.Update{Sent: true, Status: status}
 }
 
 func headers(c store.Claim, bucket string, limit, remaining int, resetAfter time.Duration) store.Update {
@@ -53,7 +49,7 @@ func headers(c store.Claim, bucket string, limit, remaining int, resetAfter time
 	return u
 }
 
-func acquire(t *testing.T, s *Store, c store.Claim) store.Permit {
+func acquire(t *testing.T, s *Store, c store.Claim) *store.Reservation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
@@ -64,15 +60,15 @@ func acquire(t *testing.T, s *Store, c store.Claim) store.Permit {
 	return p
 }
 
-func update(t *testing.T, s *Store, p store.Permit, u store.Update) {
+func update(t *testing.T, s *Store, p *store.Reservation, u store.Update) {
 	t.Helper()
-	if err := s.Update(t.Context(), p, u); err != nil {
-		t.Fatalf("Update(%s %s) = %v; want nil", u.Route, u.Major, err)
+	if err := p.Report(t.Context(), u); err != nil {
+		t.Fatalf("Report(%s %s) = %v; want nil", p.Claim.Route, p.Claim.Major, err)
 	}
 }
 
 type result struct {
-	p   store.Permit
+	p   *store.Reservation
 	err error
 }
 
@@ -99,7 +95,7 @@ func pending(t *testing.T, ch <-chan result, what string) {
 
 // granted waits, in real time, for an asynchronous Acquire to succeed: timers
 // of the fake clock fire in goroutines of their own.
-func granted(t *testing.T, ch <-chan result, what string) store.Permit {
+func granted(t *testing.T, ch <-chan result, what string) *store.Reservation {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -109,7 +105,7 @@ func granted(t *testing.T, ch <-chan result, what string) store.Permit {
 		return r.p
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s: Acquire still blocked", what)
-		return store.Permit{}
+		return nil
 	}
 }
 
@@ -157,7 +153,7 @@ func TestMemoryBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: Acquire = %v", i, err)
 		}
-		if err := s.Update(t.Context(), p, headers(c, r.bucket, 5, 4, reset)); err != nil {
+		if err := p.Report(t.Context(), headers(c, r.bucket, 5, 4, reset)); err != nil {
 			t.Fatalf("request %d: Update = %v", i, err)
 		}
 		clk.Advance(step)
@@ -199,7 +195,7 @@ func TestMemoryBoundedDistinctRoutes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request %d: Acquire = %v", i, err)
 		}
-		if err := s.Update(t.Context(), p, sent(c, 200)); err != nil {
+		if err := p.Report(t.Context(), sent(c, 200)); err != nil {
 			t.Fatalf("request %d: Update = %v", i, err)
 		}
 		clk.Advance(step)
@@ -230,7 +226,7 @@ func TestBoundKeepsActiveState(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	const n = 2000
 	c := claim("POST /channels/:id/messages", "channels/1")
-	c.Global, c.GlobalLimit, c.GlobalWindow = true, 1, time.Second
+	c.Global, c.GlobalLimit = true, 1
 	for i := range n {
 		c.Credential = fmt.Sprintf("cred-%d", i)
 		update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
@@ -273,7 +269,7 @@ func TestGlobalWindowExact(t *testing.T) {
 	c := claim("POST /channels/:id/messages", "channels/1")
 	update(t, s, acquire(t, s, c), headers(c, "h", 1000, 999, time.Hour)) // not global
 	g := c
-	g.Global, g.GlobalLimit, g.GlobalWindow = true, 3, time.Second
+	g.Global, g.GlobalLimit = true, 3
 
 	// Grants at 0, 400 ms and 800 ms fill the window.
 	for i := range 3 {
@@ -383,7 +379,7 @@ func BenchmarkAcquireUpdate(b *testing.B) {
 		b.Fatal(err)
 	}
 	u := headers(c, "h", plenty, plenty-1, time.Hour)
-	if err := s.Update(ctx, p, u); err != nil {
+	if err := p.Report(ctx, u); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
@@ -395,7 +391,7 @@ func BenchmarkAcquireUpdate(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			if err := s.Update(ctx, p, u); err != nil {
+			if err := p.Report(ctx, u); err != nil {
 				b.Error(err)
 				return
 			}
@@ -418,7 +414,7 @@ func burst(t *testing.T, s *Store, clk *clock.Fake, c store.Claim, sliding bool,
 		return window - time.Duration(counted-1)*time.Millisecond
 	}
 	update(t, s, acquire(t, s, c), headers(c, "h", limit, limit-1, resetAfter(1)))
-	var permits []store.Permit
+	var permits []*store.Reservation
 	for range limit - 1 {
 		permits = append(permits, acquire(t, s, c))
 	}

@@ -82,8 +82,8 @@ func startCluster(t *testing.T) *redis.ClusterClient {
 // of three masters started by the test.
 func TestClusterConformance(t *testing.T) {
 	cc := startCluster(t)
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return redisstore.New(cc, redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
+	storetest.Run(t, func(t *testing.T, p store.Policy) store.Store {
+		return redisstore.New(cc, redisstore.WithPolicy(p), redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
 	})
 }
 
@@ -100,9 +100,9 @@ func TestClusterSpreadsCredentials(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire(credential %d) = %v", i, err)
 		}
-		u := store.Update{Credential: c.Credential, Route: c.Route, Major: c.Major, Global: true, Sent: true, Status: 200,
+		u := store.Update{Sent: true, Status: 200,
 			Bucket: "h", HasLimit: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}
-		if err := s.Update(ctx, p, u); err != nil {
+		if err := p.Report(ctx, u); err != nil {
 			t.Fatalf("Update(credential %d) = %v", i, err)
 		}
 	}

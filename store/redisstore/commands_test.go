@@ -36,9 +36,7 @@ func (e *bucketEmulator) serve(c store.Claim) store.Update {
 		e.over++
 	}
 	after := (e.end.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond)
-	u := limitsOf(c, e.limit, max(0, e.limit-e.used), after)
-	u.Offset = 2 * time.Millisecond
-	return u
+	return limitsOf(c, e.limit, max(0, e.limit-e.used), after)
 }
 
 // TestCommandsPerGrant runs 4 stores ("processes", each with its own client)
@@ -63,12 +61,12 @@ func TestCommandsPerGrant(t *testing.T) {
 		h := &rediscount.Hook{}
 		client.AddHook(h)
 		hooks = append(hooks, h)
-		s := redisstore.New(client, redisstore.WithPrefix(prefix))
+		s := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithPolicy(store.Policy{ResetOffset: 2 * time.Millisecond}))
 		t.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
 	// Learn the bucket first, outside the measurement.
-	if err := stores[0].Update(t.Context(), acquire(t, stores[0], c, time.Second), e.serve(c)); err != nil {
+	if err := acquire(t, stores[0], c, time.Second).Report(t.Context(), e.serve(c)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(e.window)
@@ -96,7 +94,7 @@ func TestCommandsPerGrant(t *testing.T) {
 						return
 					}
 					grants[i].Add(1)
-					if err := s.Update(ctx, p, e.serve(c)); err != nil {
+					if err := p.Report(ctx, e.serve(c)); err != nil {
 						errs <- fmt.Errorf("process %d worker %d: Update = %w", i, w, err)
 						return
 					}

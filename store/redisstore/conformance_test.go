@@ -11,7 +11,7 @@ import (
 // TestConformance runs the store contract's suite against one server.
 func TestConformance(t *testing.T) {
 	client := newClient(t, redisAddr(t))
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return redisstore.New(client, redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
+	storetest.Run(t, func(t *testing.T, p store.Policy) store.Store {
+		return redisstore.New(client, redisstore.WithPolicy(p), redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
 	})
 }

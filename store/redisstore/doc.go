@@ -67,7 +67,7 @@
 // so Redis traffic does not grow with the goroutines. A refused claim
 // returns how long to sleep: until the reset (or a pause) when time alone
 // opens the bucket, or a short poll when only a response can (a window
-// whose requests are not all reported, a probe in flight); an Update
+// whose requests are not all reported, a probe in flight); a report
 // through the same Store wakes the queues it concerns at once.
 //
 // Across processes, a queue refused on a known bucket takes a ticket: a
@@ -118,7 +118,7 @@
 //     implements store/internal/model function by function, and a table of
 //     transitions and a randomized differential test hold the two to the
 //     same state and decisions.
-//   - A granted request whose Update never comes is forgotten after the
+//   - A granted request whose report never comes is forgotten after the
 //     pending timeout ([WithPendingTimeout]), so a crashed process cannot
 //     block a bucket forever.
 //
@@ -130,7 +130,7 @@
 // conservative share of every limit ([WithLocalShare]); waiters queued at
 // the time move to it at once, so no request is dropped. A goroutine owned
 // by the Store pings Redis ([WithProbeInterval]) and switches back as soon
-// as it answers; permits of either side are recognised by Update.
+// as it answers; each reservation is settled by the side that granted it.
 // [Store.Fallbacks] counts the switches to the local limiter, for the
 // transport's store fallbacks metric. Under [FailClosed], Acquire fails
 // with a *[store.WaitError] wrapping [ErrUnavailable] and the cause.
@@ -145,8 +145,8 @@
 // held past its context's deadline by Redis: waiting always ends with the
 // context.
 //
-// Update never waits for Redis, so no response is held by it. The update
-// of a permit granted through Redis joins an outbox owned by the Store,
+// A report ([store.Reservation.Report]) never waits for Redis, so no
+// response is held by it. The update of a permit granted through Redis joins an outbox owned by the Store,
 // bounded ([WithOutboxLimit]; when full the oldest update is dropped and
 // counted in [Stats].Dropped) and written in order by a goroutine of the
 // Store, several updates per call. Updates that could not be written stay

@@ -23,6 +23,7 @@ func ExampleNew() {
 		redisstore.WithPrefix("mybot"),
 		redisstore.WithFailurePolicy(redisstore.FailOpen),
 		redisstore.WithLocalShare(8), // up to 8 processes per bot
+		redisstore.WithPolicy(store.Policy{GlobalLimit: 500}), // a bot whose global limit Discord raised
 		redisstore.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))),
 	)
 	defer s.Close()
@@ -36,8 +37,7 @@ func ExampleNew() {
 		return
 	}
 	// ... send the request, then report what the response said:
-	err = s.Update(ctx, p, store.Update{
-		Credential: c.Credential, Route: c.Route, Major: c.Major, Global: c.Global,
+	err = p.Report(ctx, store.Update{
 		Sent: true, Status: 200, Bucket: "abcd1234", HasLimit: true, Limit: 5, Remaining: 4, ResetAfter: 5 * time.Second,
 	})
 	fmt.Println(err, s.Stats().Local)

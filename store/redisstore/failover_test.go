@@ -47,12 +47,11 @@ func fastClient(t *testing.T, addr string) *redis.Client {
 
 func limitsOf(c store.Claim, limit, remaining int, reset time.Duration) store.Update {
 	return store.Update{
-		Credential: c.Credential, Route: c.Route, Major: c.Major, Global: c.Global,
 		Sent: true, Status: 200, Bucket: "h", HasLimit: true, Limit: limit, Remaining: remaining, ResetAfter: reset,
 	}
 }
 
-func acquire(t *testing.T, s store.Store, c store.Claim, within time.Duration) store.Permit {
+func acquire(t *testing.T, s store.Store, c store.Claim, within time.Duration) *store.Reservation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), within)
 	defer cancel()
@@ -82,7 +81,7 @@ func TestFailOpen(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 
 	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true}
-	if err := s.Update(t.Context(), acquire(t, s, c, time.Second), limitsOf(c, 1, 0, 700*time.Millisecond)); err != nil {
+	if err := acquire(t, s, c, time.Second).Report(t.Context(), limitsOf(c, 1, 0, 700*time.Millisecond)); err != nil {
 		t.Fatalf("Update = %v", err)
 	}
 	// A waiter queued on the exhausted bucket when the server goes away.
@@ -92,7 +91,7 @@ func TestFailOpen(t *testing.T) {
 		defer cancel()
 		p, err := s.Acquire(ctx, c)
 		if err == nil {
-			err = s.Update(ctx, p, limitsOf(c, 1, 0, 50*time.Millisecond))
+			err = p.Report(ctx, limitsOf(c, 1, 0, 50*time.Millisecond))
 		}
 		queued <- err
 	}()
@@ -112,7 +111,7 @@ func TestFailOpen(t *testing.T) {
 	}
 	for i := range 3 {
 		p := acquire(t, s, c, 3*time.Second)
-		if err := s.Update(t.Context(), p, limitsOf(c, 10, 9-i, 50*time.Millisecond)); err != nil {
+		if err := p.Report(t.Context(), limitsOf(c, 10, 9-i, 50*time.Millisecond)); err != nil {
 			t.Fatalf("Update of a local permit = %v; want nil", err)
 		}
 	}
@@ -129,7 +128,7 @@ func TestFailOpen(t *testing.T) {
 		t.Errorf("Stats().Recoveries = %d; want 1", st.Recoveries)
 	}
 	p := acquire(t, s, c, 3*time.Second)
-	if err := s.Update(t.Context(), p, limitsOf(c, 10, 9, time.Second)); err != nil {
+	if err := p.Report(t.Context(), limitsOf(c, 10, 9, time.Second)); err != nil {
 		t.Fatalf("Update after recovery = %v", err)
 	}
 	keys, err := client.Keys(t.Context(), prefix+":*").Result()
@@ -151,7 +150,7 @@ func TestFailClosed(t *testing.T) {
 	srv.stop()
 	// Update never waits for Redis: the update stays queued until the
 	// server is back.
-	if err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second)); err != nil {
+	if err := p.Report(t.Context(), limitsOf(c, 5, 4, time.Second)); err != nil {
 		t.Errorf("Update with Redis down = %v; want nil (queued)", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -175,7 +174,7 @@ func TestFailClosed(t *testing.T) {
 		p, err := s.Acquire(ctx, store.Claim{Credential: "cred", Route: "GET /guilds/:id", Major: "guilds/2"})
 		cancel()
 		if err == nil {
-			if err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second)); err != nil {
+			if err := p.Report(t.Context(), limitsOf(c, 5, 4, time.Second)); err != nil {
 				t.Fatalf("Update after restart = %v", err)
 			}
 			break

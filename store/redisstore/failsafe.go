@@ -87,13 +87,13 @@ const (
 // noteWindow records how long the window or pause that u reports may stay
 // open, up to maxHold, for the hold-off and the grace period; s.mu must be
 // held.
-func (s *Store) noteWindow(u *store.Update) {
+func (s *Store) noteWindow(c *store.Claim, u *store.Update) {
 	d := max(u.ResetAfter, u.RetryAfter)
 	if d <= 0 {
 		return
 	}
-	d = min(store.ClampDuration(d)+store.ClampDuration(u.Offset), maxHold)
-	key := u.Credential + "\x00" + u.Route
+	d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
+	key := c.Credential + "\x00" + c.Route
 	old, ok := s.windows[key]
 	if ok && old >= d {
 		return
@@ -105,15 +105,11 @@ func (s *Store) noteWindow(u *store.Update) {
 	s.longest = max(s.longest, d)
 }
 
-// globalSpan is how long a global slot of c may count against the global
-// window: the window, plus the offset by which the request may reach
+// globalSpan is how long a global slot may count against the global
+// window: the window, plus the time by which the request may reach
 // Discord after its grant.
-func globalSpan(c *store.Claim) time.Duration {
-	w := c.GlobalWindow
-	if w <= 0 {
-		w = store.DefaultGlobalWindow
-	}
-	return min(w+store.ClampDuration(c.Offset), maxHold)
+func (s *Store) globalSpan() time.Duration {
+	return min(s.pol.GlobalWindow+s.pol.GlobalHold, maxHold)
 }
 
 // holdOff waits after a fallback until every window that grants made
@@ -132,12 +128,12 @@ func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
 	}
 	s.mu.Unlock()
 	if c.Global {
-		w = max(w, globalSpan(c))
+		w = max(w, s.globalSpan())
 	}
 	// A request granted through Redis just before the fallback may reach
 	// Discord up to the claim's offset later, and later still on a busy
 	// host: add the offset and a margin.
-	w += store.ClampDuration(c.Offset) + graceMargin
+	w += s.pol.GlobalHold + graceMargin
 	now := time.Now()
 	until := fell.Add(w)
 	if fell.IsZero() || !until.After(now) {
@@ -148,7 +144,7 @@ func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
 	// no time to reach Discord (the claim's offset) fails now, rather than
 	// take a slot its request may use on its way out, and hand the next
 	// one over when it fails.
-	if err := store.CheckWait(ctx, c, now, d+store.ClampDuration(c.Offset)); err != nil {
+	if err := store.CheckWait(ctx, c, now, d+s.pol.GlobalHold); err != nil {
 		return &store.WaitError{RetryAfter: d, Err: err}
 	}
 	t := time.NewTimer(d)
@@ -186,9 +182,9 @@ func (s *Store) recovered(now time.Time) {
 }
 
 // giveBackLocal returns a local permit nobody will use.
-func (s *Store) giveBackLocal(p *store.Permit) {
+func (s *Store) giveBackLocal(p *store.Reservation) {
 	if p != nil {
-		_ = s.local.Update(context.Background(), *p, store.Update{})
+		p.Cancel()
 	}
 }
 
@@ -224,11 +220,11 @@ func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefi
 	for i := 1; i <= n; i++ {
 		for _, kind := range kinds {
 			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major,
-				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global, qid: q.id}
+				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth, qid: q.id}
 			if kind == kindLearned {
 				h.hash = guess
 			}
-			_ = s.enqueue(h, store.Update{Credential: h.cred, Route: h.route, Major: h.major, Global: h.global})
+			_ = s.enqueue(h, store.Update{})
 		}
 	}
 }

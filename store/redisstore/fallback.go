@@ -14,26 +14,22 @@ func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 
 // acquireLocal grants c through the local limiter alone.
-func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (store.Permit, error) {
+func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (grant, error) {
 	p, err := s.localGrant(ctx, c)
 	if err != nil {
-		return store.Permit{}, err
+		return grant{}, err
 	}
 	s.localGrants.Add(1)
-	return store.Permit{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
+	return grant{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
 }
 
 // localGrant returns the local limiter's permit for c, with 1/share of the
 // global limit, once the hold-off after the last fallback has passed.
-func (s *Store) localGrant(ctx context.Context, c store.Claim) (store.Permit, error) {
+func (s *Store) localGrant(ctx context.Context, c store.Claim) (*store.Reservation, error) {
 	if err := s.holdOff(ctx, &c); err != nil {
-		return store.Permit{}, err
+		return nil, err
 	}
-	limit := c.GlobalLimit
-	if limit <= 0 {
-		limit = store.DefaultGlobalLimit
-	}
-	c.GlobalLimit = max(1, limit/s.share)
+	c.GlobalLimit = max(1, s.pol.Limit(&c)/s.share)
 	return s.local.Acquire(ctx, c)
 }
 
@@ -50,7 +46,7 @@ func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
 		u.Limit = max(1, u.Limit/s.share)
 		u.Remaining = 0
 		if u.ResetAfter >= 0 {
-			u.ResetAfter = max(u.ResetAfter, window-store.ClampDuration(u.Offset))
+			u.ResetAfter = max(u.ResetAfter, window-s.pol.ResetOffset)
 		}
 	}
 	return u

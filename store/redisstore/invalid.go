@@ -36,10 +36,7 @@ const invalidRead = time.Second
 
 // refuse returns the guard's refusal of c, or nil.
 func (s *Store) refuseInvalid(c *store.Claim) error {
-	budget := c.InvalidBudget
-	if budget == 0 {
-		budget = store.DefaultInvalidBudget
-	}
+	budget := s.pol.InvalidBudget
 	g := &s.invalid
 	now := time.Now()
 	g.mu.Lock()

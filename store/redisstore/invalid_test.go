@@ -17,16 +17,16 @@ func TestInvalidCountedPerGroup(t *testing.T) {
 	client := newClient(t, redisAddr(t))
 	prefix := testPrefix(t)
 	newStore := func(opts ...redisstore.Option) *redisstore.Store {
-		s := redisstore.New(client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
+		s := redisstore.New(client, append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithPolicy(store.Policy{InvalidBudget: 3})}, opts...)...)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
 	a, b, other := newStore(), newStore(), newStore(redisstore.WithInvalidGroup("other host"))
 	ctx := t.Context()
 	claim := func(cred string, major string) store.Claim {
-		return store.Claim{Credential: cred, Route: "GET /channels/:id", Major: major, InvalidBudget: 3}
+		return store.Claim{Credential: cred, Route: "GET /channels/:id", Major: major}
 	}
-	acquire := func(s *redisstore.Store, c store.Claim) (store.Permit, error) {
+	acquire := func(s *redisstore.Store, c store.Claim) (*store.Reservation, error) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return s.Acquire(ctx, c)
@@ -38,8 +38,8 @@ func TestInvalidCountedPerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire before the budget is spent = %v", err)
 		}
-		u := store.Update{Credential: c.Credential, Route: c.Route, Major: c.Major, Sent: true, Status: 403}
-		if err := a.Update(ctx, p, u); err != nil {
+		u := store.Update{Sent: true, Status: 403}
+		if err := p.Report(ctx, u); err != nil {
 			t.Fatalf("Update = %v", err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestInvalidCountedPerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire in another process = %v; want a permit or ErrInvalidBudget", err)
 		}
-		b.Update(ctx, p, store.Update{Credential: "bot5", Route: "GET /channels/:id", Major: "channels/10"})
+		p.Cancel()
 		if time.Now().After(deadline) {
 			t.Fatal("another process of the group still grants 5 s after the group's budget was spent")
 		}
@@ -73,7 +73,7 @@ func TestInvalidCountedPerGroup(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire in another group = %v; want a permit", err)
 		}
-		other.Update(ctx, p, store.Update{Credential: "bot1", Route: "GET /channels/:id", Major: "channels/1"})
+		p.Cancel()
 		time.Sleep(400 * time.Millisecond) // let its reads of its own group's count happen
 	}
 }

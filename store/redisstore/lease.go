@@ -37,7 +37,7 @@ func (s *Store) leaseFor(q *lqueue, now time.Time) int {
 
 // keepLease keeps the slots of a grant that no waiter took as q's lease
 // and returns those it does not keep; s.mu must be held.
-func (s *Store) keepLease(q *lqueue, head *store.Claim, surplus []store.Permit) []store.Permit {
+func (s *Store) keepLease(q *lqueue, head *store.Claim, surplus []grant) []grant {
 	now := time.Now()
 	q.lastGrant = now
 	if len(surplus) == 0 || q.leaseWant == 0 || s.closed {
@@ -57,19 +57,19 @@ func (s *Store) keepLease(q *lqueue, head *store.Claim, surplus []store.Permit) 
 
 // leased hands c a slot of q's lease, if one is left for claims like c;
 // s.mu must be held.
-func (q *lqueue) leased(c *store.Claim, now time.Time) (store.Permit, bool) {
+func (q *lqueue) leased(c *store.Claim, now time.Time) (grant, bool) {
 	if len(q.lease) == 0 || len(q.waiters) > 0 || !now.Before(q.leaseUntil) || !compatible(&q.leaseClaim, c) {
-		return store.Permit{}, false
+		return grant{}, false
 	}
 	p := q.lease[0]
-	q.lease[0] = store.Permit{}
+	q.lease[0] = grant{}
 	q.lease = q.lease[1:]
 	p.Handle.(*permit).lent = false
 	return p, true
 }
 
 // takeLease empties q's lease and returns its slots; s.mu must be held.
-func (q *lqueue) takeLease() []store.Permit {
+func (q *lqueue) takeLease() []grant {
 	l := q.lease
 	q.lease = nil
 	return l
@@ -88,7 +88,7 @@ func (s *Store) leaseExpiry(q *lqueue) <-chan time.Time {
 // halves the lease the next claim asks for.
 func (s *Store) expireLease(q *lqueue) {
 	s.mu.Lock()
-	var back []store.Permit
+	var back []grant
 	if len(q.lease) > 0 && !time.Now().Before(q.leaseUntil) {
 		back = q.takeLease()
 		q.leaseWant /= 2
@@ -98,7 +98,7 @@ func (s *Store) expireLease(q *lqueue) {
 }
 
 // giveBackAll returns permits nobody will use.
-func (s *Store) giveBackAll(ps []store.Permit) {
+func (s *Store) giveBackAll(ps []grant) {
 	for _, p := range ps {
 		s.giveBack(p)
 	}
@@ -116,7 +116,7 @@ func (s *Store) revokeLease(h *permit, u *store.Update) {
 	}
 	s.mu.Lock()
 	q := s.queues[qkey{cred: h.cred, route: h.route, major: h.major}]
-	var back []store.Permit
+	var back []grant
 	if q != nil && len(q.lease) > 0 && (u.Status == 429 || !u.HasLimit || u.Remaining <= 2*len(q.lease)) {
 		back = q.takeLease()
 		q.leaseWant = 0

@@ -41,7 +41,7 @@ func TestLeaseSavesRoundTrips(t *testing.T) {
 			if err != nil {
 				t.Fatalf("request %d: Acquire = %v", i, err)
 			}
-			if err := s.Update(t.Context(), p, limitsOf(c, 1<<20, 1<<19, time.Hour)); err != nil {
+			if err := p.Report(t.Context(), limitsOf(c, 1<<20, 1<<19, time.Hour)); err != nil {
 				t.Fatalf("request %d: Update = %v", i, err)
 			}
 		}
@@ -62,12 +62,12 @@ func TestLeaseRevokedBy429(t *testing.T) {
 	s, _ := leaseStore(t)
 	ctx := t.Context()
 	c := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
-	acquire := func(maxWait time.Duration) (store.Permit, error) {
+	acquire := func(maxWait time.Duration) (*store.Reservation, error) {
 		cl := c
 		cl.MaxWait = maxWait
 		return s.Acquire(ctx, cl)
 	}
-	var last store.Permit
+	var last *store.Reservation
 	for i := range 30 {
 		p, err := acquire(time.Second)
 		if err != nil {
@@ -77,11 +77,11 @@ func TestLeaseRevokedBy429(t *testing.T) {
 			last = p
 			break
 		}
-		s.Update(ctx, p, limitsOf(c, 1000, 900, time.Hour))
+		p.Report(ctx, limitsOf(c, 1000, 900, time.Hour))
 	}
 	u := limitsOf(c, 1000, 900, time.Hour)
 	u.Status, u.Scope, u.RetryAfter = 429, store.ScopeShared, 2*time.Second
-	s.Update(ctx, last, u)
+	last.Report(ctx, u)
 	if p, err := acquire(200 * time.Millisecond); err == nil {
 		t.Fatalf("Acquire after a shared 429 of 2 s granted %+v; want it to wait for the pause", p)
 	} else if !errors.Is(err, store.ErrWaitTooLong) && !errors.Is(err, context.DeadlineExceeded) {

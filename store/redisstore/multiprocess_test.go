@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/discordtest"
+	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
 
@@ -110,11 +111,12 @@ func TestMultiProcessWorker(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
 	t.Cleanup(func() { client.Close() })
-	s := redisstore.New(client, redisstore.WithPrefix(os.Getenv(envPrefix)), redisstore.WithFailurePolicy(redisstore.FailClosed))
+	s := redisstore.New(client, redisstore.WithPrefix(os.Getenv(envPrefix)), redisstore.WithFailurePolicy(redisstore.FailClosed),
+		redisstore.WithPolicy(store.Policy{GlobalLimit: mpGlobal}))
 	t.Cleanup(func() { s.Close() })
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
-	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithGlobalLimit(mpGlobal, time.Second))
+	tr := ratecord.NewTransport(base, ratecord.WithStore(s))
 	t.Cleanup(func() { tr.Close() })
 	hc := &http.Client{Transport: tr}
 	api := os.Getenv(envAPI)

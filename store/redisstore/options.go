@@ -3,6 +3,8 @@ package redisstore
 import (
 	"log/slog"
 	"time"
+
+	"github.com/ratecord/ratecord/store"
 )
 
 // Option configures a Store. Options are applied in order over the
@@ -47,6 +49,14 @@ const (
 	DefaultCallTimeout    = 500 * time.Millisecond
 	DefaultOutboxLimit    = 10000
 )
+
+// WithPolicy sets what the Store applies to every request: the global
+// limit and window, the invalid-request budget, cooldowns and safety
+// margins. Every process sharing a prefix must give the same policy.
+// Without it the Store applies the zero Policy's defaults.
+func WithPolicy(p store.Policy) Option {
+	return optionFunc(func(s *Store) { s.pol = p })
+}
 
 // WithPrefix sets the prefix of every key the Store writes (default
 // [DefaultPrefix]). Stores with different prefixes share nothing, even on

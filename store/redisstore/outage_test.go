@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/discordtest"
+	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
 
@@ -203,12 +204,12 @@ func TestOutageWorker(t *testing.T) {
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
 	var fellAt, recoveredAt atomic.Int64
-	s := redisstore.New(client, redisstore.WithPrefix(os.Getenv(envOutagePrefix)),
+	s := redisstore.New(client, redisstore.WithPrefix(os.Getenv(envOutagePrefix)), redisstore.WithPolicy(store.Policy{GlobalLimit: ogGlobal}),
 		redisstore.WithOnFallback(func(error) { fellAt.CompareAndSwap(0, time.Now().UnixMilli()) }))
 	t.Cleanup(func() { s.Close() })
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)
-	tr := ratecord.NewTransport(base, ratecord.WithStore(s), ratecord.WithGlobalLimit(ogGlobal, time.Second))
+	tr := ratecord.NewTransport(base, ratecord.WithStore(s))
 	t.Cleanup(func() { tr.Close() })
 	hc := &http.Client{Transport: tr}
 	api := os.Getenv(envOutageAPI)

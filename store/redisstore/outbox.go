@@ -278,7 +278,7 @@ func (s *Store) taken(ups []*update, wakes []int64, ok bool) {
 	if ok {
 		for _, it := range ups {
 			if it.u.Sent {
-				s.learn(it.h.cred, it.u)
+				s.learn(it.h, it.u)
 			}
 		}
 	}
@@ -384,7 +384,7 @@ func (s *Store) writeBatch(parent context.Context, batch []*update, eval bool) e
 
 	for i, it := range batch[:done] {
 		if results[i].ok && it.u.Sent {
-			s.learn(it.h.cred, it.u)
+			s.learn(it.h, it.u)
 		}
 	}
 	o := &s.out

@@ -39,7 +39,7 @@ type lqueue struct {
 
 	// A lease: slots a claim took beyond the queue's waiters, for the next
 	// ones to take without a round trip (see lease.go).
-	lease      []store.Permit
+	lease      []grant
 	leaseClaim store.Claim // the claim they were granted for
 	leaseUntil time.Time   // when the unused ones go back
 	leaseWant  int         // how many extra slots the next claim asks for
@@ -61,9 +61,9 @@ type waiter struct {
 	start    time.Time
 	deadline time.Time // ctx's deadline, or zero
 	state    int       // guarded by Store.mu
-	permit   store.Permit
+	permit   grant
 	err      error
-	local    *store.Permit // granted by the local limiter first, during a grace period
+	local    *store.Reservation // granted by the local limiter first, during a grace period
 }
 
 // kick wakes the driver of q if it sleeps.
@@ -148,8 +148,7 @@ func (s *Store) dropTicket(q *lqueue, bid string) {
 
 // compatible reports whether two claims of one queue may share a claim call.
 func compatible(a, b *store.Claim) bool {
-	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.GlobalWindow == b.GlobalWindow &&
-		a.Offset == b.Offset && a.InvalidBudget == b.InvalidBudget && a.TokenAuth == b.TokenAuth
+	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.TokenAuth == b.TokenAuth
 }
 
 // driverLinger is how long a driver whose queue emptied waits for a new
@@ -357,7 +356,7 @@ func (s *Store) claim(ctx context.Context, c *store.Claim, guess string, n, extr
 // grant hands the slots of r to the waiters at the front of q and gives
 // back those nobody is left to take.
 func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string) {
-	var surplus []store.Permit
+	var surplus []grant
 	s.mu.Lock()
 	p0 := s.permitOf(q, head, guess, r, prefix, 1)
 	q.boundUntil, q.unknown, q.hash, q.ticket = time.Time{}, false, p0.Bucket, r.ticket
@@ -381,14 +380,14 @@ func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, 
 }
 
 // permitOf returns the i-th permit granted by the claim reply r.
-func (s *Store) permitOf(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string, i int) store.Permit {
+func (s *Store) permitOf(q *lqueue, head *store.Claim, guess string, r claimReply, prefix string, i int) grant {
 	hash := ""
 	if r.bkind == kindLearned {
 		hash = guess
 	}
-	return store.Permit{Bucket: hash, Handle: &permit{
+	return grant{Bucket: hash, Handle: &permit{
 		cred: q.key.cred, route: q.key.route, major: q.key.major,
-		kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global,
+		kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth,
 	}}
 }
 

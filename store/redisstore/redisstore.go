@@ -70,6 +70,7 @@ type Store struct {
 	wg     sync.WaitGroup // drivers, the prober and the writer
 
 	local    *memstore.Store
+	pol      store.Policy // normalized
 	degraded atomic.Bool
 
 	invalid      invalidGuard
@@ -133,7 +134,6 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		ctx:            ctx,
 		cancel:         cancel,
 		done:           make(chan struct{}),
-		local:          memstore.New(),
 	}
 	s.invalid.kick = make(chan struct{}, 1)
 	for _, o := range opts {
@@ -141,6 +141,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 			o.apply(s)
 		}
 	}
+	s.pol = s.pol.Normalize()
+	s.local = memstore.New(memstore.WithPolicy(s.pol))
 	return s
 }
 
@@ -205,20 +207,35 @@ func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 // for slots on behalf of the waiters at its front. During the grace period
 // that follows a return to Redis, the request takes a grant of the local
 // limiter first.
-func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error) {
+func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation, error) {
+	g, err := s.acquire(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+}
+
+// grant is a slot the Store granted, before it becomes a reservation.
+type grant struct {
+	Bucket string
+	Waited time.Duration
+	Handle any // *permit or *localPermit
+}
+
+func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Permit{}, &store.WaitError{Err: err}
+		return grant{}, &store.WaitError{Err: err}
 	}
 	select {
 	case <-c.Done:
-		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+		return grant{}, &store.WaitError{Err: store.ErrClosed}
 	default:
 	}
 	if err := s.refuseInvalid(&c); err != nil {
-		return store.Permit{}, err
+		return grant{}, err
 	}
 	if err := s.refuseKnown(&c); err != nil {
-		return store.Permit{}, err
+		return grant{}, err
 	}
 	start := time.Now()
 	if s.degraded.Load() {
@@ -226,23 +243,23 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 	}
 	s.mu.Lock()
 	if c.Global {
-		s.span = max(s.span, globalSpan(&c))
+		s.span = max(s.span, s.globalSpan())
 	}
 	grace := s.inGrace(start)
 	s.mu.Unlock()
-	var local *store.Permit
+	var local *store.Reservation
 	if grace {
 		p, err := s.localGrant(ctx, c)
 		if err != nil {
-			return store.Permit{}, err
+			return grant{}, err
 		}
-		local = &p
+		local = p
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		s.giveBackLocal(local)
-		return store.Permit{}, &store.WaitError{Err: store.ErrClosed}
+		return grant{}, &store.WaitError{Err: store.ErrClosed}
 	}
 	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major})
 	if local == nil {
@@ -255,7 +272,7 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 		// The queue's last call did not answer in time and has not yet.
 		s.mu.Unlock()
 		s.giveBackLocal(local)
-		return store.Permit{}, unavailable("claim", errStalled)
+		return grant{}, unavailable("claim", errStalled)
 	}
 	w := &waiter{claim: c, ready: make(chan struct{}), start: start, local: local}
 	if dl, ok := ctx.Deadline(); ok {
@@ -276,7 +293,7 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (store.Permit, error
 }
 
 // wait blocks until the driver settles w or the waiter gives up.
-func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (store.Permit, error) {
+func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (grant, error) {
 	var expired <-chan time.Time
 	if w.claim.MaxWait > 0 {
 		t := time.NewTimer(w.claim.MaxWait)
@@ -310,18 +327,18 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (store.Permit, e
 			s.giveBack(w.permit)
 		}
 		s.giveBackLocal(w.local)
-		return store.Permit{}, werr
+		return grant{}, werr
 	}
 	w.state = abandoned
 	q.remove(w)
 	s.mu.Unlock()
 	q.kick()
 	s.giveBackLocal(w.local)
-	return store.Permit{}, werr
+	return grant{}, werr
 }
 
 // settled returns what the driver decided for w.
-func (s *Store) settled(ctx context.Context, w *waiter) (store.Permit, error) {
+func (s *Store) settled(ctx context.Context, w *waiter) (grant, error) {
 	switch w.state {
 	case granted:
 		if h, ok := w.permit.Handle.(*permit); ok {
@@ -332,25 +349,23 @@ func (s *Store) settled(ctx context.Context, w *waiter) (store.Permit, error) {
 	case handedOver:
 		if w.local != nil {
 			s.localGrants.Add(1)
-			return store.Permit{Bucket: w.local.Bucket, Waited: time.Since(w.start), Handle: &localPermit{p: *w.local}}, nil
+			return grant{Bucket: w.local.Bucket, Waited: time.Since(w.start), Handle: &localPermit{p: w.local}}, nil
 		}
 		return s.acquireLocal(ctx, w.claim, w.start)
 	default:
 		s.giveBackLocal(w.local)
-		return store.Permit{}, w.err
+		return grant{}, w.err
 	}
 }
 
 // giveBack returns a permit nobody will use.
-func (s *Store) giveBack(p store.Permit) {
+func (s *Store) giveBack(p grant) {
 	h, ok := p.Handle.(*permit)
 	if !ok {
 		return
 	}
 	s.giveBackLocal(h.local)
-	_ = s.enqueue(h, store.Update{
-		Credential: h.cred, Route: h.route, Major: h.major, Global: h.global,
-	})
+	_ = s.enqueue(h, store.Update{})
 }
 
 // permit is the Handle of a permit granted through Redis.
@@ -361,28 +376,31 @@ type permit struct {
 	kind               int
 	hash               string // the learned hash, for kindLearned
 	member             string // the permit's id in the global set: the claim's prefix and a number
-	global             bool
-	local              *store.Permit // the local limiter's grant too, during a grace period
+	global, tokenAuth  bool
+	local              *store.Reservation // the local limiter's grant too, during a grace period
 }
 
 // localPermit is the Handle of a permit granted by the local limiter.
-type localPermit struct{ p store.Permit }
+type localPermit struct{ p *store.Reservation }
 
-// Update implements [store.Store]. It never waits for Redis: the update of
-// a permit granted through Redis joins the Store's outbox, which a
+// Settle implements [store.Settler]: [store.Reservation.Report] and
+// [store.Reservation.Cancel] call it. It never waits for Redis: the update
+// of a permit granted through Redis joins the Store's outbox, which a
 // goroutine of the Store writes to Redis in order, several updates per
 // round trip, even when ctx is done; queues of this process that wait for
 // it are woken once it is written. Permits granted by the local limiter go
-// back to it at once. Update returns [store.ErrClosed] after Close, and
+// back to it at once. Settle returns [store.ErrClosed] after Close, and
 // otherwise nil: updates that Redis cannot take yet stay queued (see
 // [WithOutboxLimit]).
-func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) error {
+func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
+	c := &r.Claim
+	handle, _ := r.Handle()
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
-		s.noteWindow(&u)
+		s.noteWindow(c, &u)
 	}
-	window := s.windows[u.Credential+"\x00"+u.Route]
+	window := s.windows[c.Credential+"\x00"+c.Route]
 	s.mu.Unlock()
 	if closed {
 		return store.ErrClosed
@@ -390,21 +408,18 @@ func (s *Store) Update(ctx context.Context, p store.Permit, u store.Update) erro
 	if u.Sent && model.Invalid(int64(u.Status), string(u.Scope)) {
 		s.countInvalid()
 	}
-	switch h := p.Handle.(type) {
+	switch h := handle.(type) {
 	case *localPermit:
-		return s.local.Update(ctx, h.p, s.localUpdate(u, window))
+		return h.p.Report(ctx, s.localUpdate(u, window))
 	case *permit:
 		if h.local != nil {
-			_ = s.local.Update(ctx, *h.local, s.localUpdate(u, window))
+			_ = h.local.Report(ctx, s.localUpdate(u, window))
 		}
 		err := s.enqueue(h, u)
 		s.revokeLease(h, &u)
 		return err
 	default:
-		// Not a permit of this Store: learn from the response without
-		// releasing any slot.
-		h2 := &permit{cred: u.Credential, route: u.Route, major: u.Major, kind: kindNoPermit}
-		return s.enqueue(h2, u)
+		return nil // not issued by this Store
 	}
 }
 
@@ -468,7 +483,7 @@ func (s *Store) refuseKnown(c *store.Claim) error {
 
 // learn records in the process-local cache what u taught about its route,
 // so that the next claim names the right keys at once.
-func (s *Store) learn(cred string, u store.Update) {
+func (s *Store) learn(h *permit, u store.Update) {
 	var hash string
 	switch {
 	case u.Bucket != "":
@@ -480,7 +495,7 @@ func (s *Store) learn(cred string, u store.Update) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := cred + "\x00" + u.Route
+	key := h.cred + "\x00" + h.route
 	if old, ok := s.guesses[key]; ok && (old == hash || hash == noBucket && old != "") {
 		return
 	}

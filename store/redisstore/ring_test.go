@@ -19,7 +19,7 @@ func TestRingConformance(t *testing.T) {
 	if err := ring.Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("PING ring: %v", err)
 	}
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return redisstore.New(ring, redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
+	storetest.Run(t, func(t *testing.T, p store.Policy) store.Store {
+		return redisstore.New(ring, redisstore.WithPolicy(p), redisstore.WithPrefix(testPrefix(t)), redisstore.WithFailurePolicy(redisstore.FailClosed))
 	})
 }

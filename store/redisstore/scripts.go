@@ -170,20 +170,16 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	if u.ResetAfter >= 0 {
 		resetAfter = millis(store.ClampDuration(u.ResetAfter))
 	}
-	offset := store.ClampDuration(u.Offset)
-	cooldown := u.Cooldown
-	if cooldown == 0 {
-		cooldown = store.DefaultCooldown
-	}
+	offset := s.pol.ResetOffset
 	cooldownMs := int64(-1)
-	if cooldown > 0 {
-		cooldownMs = millis(store.ClampDuration(cooldown))
+	if s.pol.Cooldown > 0 {
+		cooldownMs = millis(s.pol.Cooldown)
 	}
 	st.args = append(st.args, seq,
-		u.Route, h.member, sentFlag(h, &u), u.Status, u.Bucket, flag(u.HasLimit),
+		h.route, h.member, sentFlag(h, &u), u.Status, u.Bucket, flag(u.HasLimit),
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
-		cooldownMs, flag(u.TokenAuth), h.kind, h.hash, flag(h.global),
+		cooldownMs, flag(h.tokenAuth), h.kind, h.hash, flag(h.global),
 		millis(bucketTTL), millis(routeTTL), digest(h.major),
 	)
 	st.n++
@@ -206,17 +202,9 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, pref
 		bid = learnedID(guess, c.Major)
 	}
 	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid), k.lastGrant(qid))
-	glimit := c.GlobalLimit
-	if glimit <= 0 {
-		glimit = store.DefaultGlobalLimit
-	}
-	gwindow := c.GlobalWindow
-	if gwindow <= 0 {
-		gwindow = store.DefaultGlobalWindow
-	}
 	st.args = append(st.args,
-		c.Route, guess, flag(c.Global), glimit, millis(gwindow),
-		millis(store.ClampDuration(c.Offset)), flag(c.TokenAuth), n, prefix,
+		c.Route, guess, flag(c.Global), s.pol.Limit(c), millis(s.pol.GlobalWindow),
+		millis(s.pol.GlobalHold), flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
 		digest(c.Major), extra,
 	)

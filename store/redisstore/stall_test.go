@@ -24,7 +24,7 @@ func TestOutboxKeepsUpdates(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 
 	const n = 5
-	var permits []store.Permit
+	var permits []*store.Reservation
 	var claims []store.Claim
 	for i := range n {
 		c := store.Claim{Credential: "cred", Route: "GET /guilds/:id", Major: "guilds/" + string(rune('1'+i))}
@@ -33,7 +33,7 @@ func TestOutboxKeepsUpdates(t *testing.T) {
 	}
 	srv.stop()
 	for i, p := range permits {
-		if err := s.Update(t.Context(), p, limitsOf(claims[i], 5, 4, time.Second)); err != nil {
+		if err := p.Report(t.Context(), limitsOf(claims[i], 5, 4, time.Second)); err != nil {
 			t.Fatalf("Update %d with Redis down = %v; want nil", i, err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestOutboxKeepsUpdates(t *testing.T) {
 	// The updates written count: the guilds whose update was written know
 	// their bucket again, and grant.
 	p := acquire(t, s, claims[n-1], 5*time.Second)
-	if err := s.Update(t.Context(), p, limitsOf(claims[n-1], 5, 3, time.Second)); err != nil {
+	if err := p.Report(t.Context(), limitsOf(claims[n-1], 5, 3, time.Second)); err != nil {
 		t.Fatalf("Update after the restart = %v", err)
 	}
 }
@@ -78,7 +78,7 @@ func TestStallFailClosed(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond) // let DEBUG SLEEP begin
 
-	if err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second)); err != nil {
+	if err := p.Report(t.Context(), limitsOf(c, 5, 4, time.Second)); err != nil {
 		t.Errorf("Update with Redis stalled = %v; want nil (queued)", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -101,7 +101,7 @@ func TestStallFailClosed(t *testing.T) {
 		p, err := s.Acquire(ctx, store.Claim{Credential: "cred", Route: "GET /guilds/:id", Major: "guilds/2"})
 		cancel()
 		if err == nil {
-			if err := s.Update(t.Context(), p, limitsOf(c, 5, 4, time.Second)); err != nil {
+			if err := p.Report(t.Context(), limitsOf(c, 5, 4, time.Second)); err != nil {
 				t.Fatalf("Update after the stall = %v", err)
 			}
 			break

@@ -69,8 +69,8 @@ func TestStepAppliesUpdatesOnce(t *testing.T) {
 		t.Fatalf("first claim = %+v; want one probe slot", r)
 	}
 	probe := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindProbe, member: "p1"}
-	learned := store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major, Sent: true, Status: 200,
-		Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second, Offset: 10 * time.Millisecond}
+	learned := store.Update{Sent: true, Status: 200,
+		Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}
 	var st step
 	st.update(s, probe, learned, 1)
 	run(&st, 1)
@@ -81,7 +81,7 @@ func TestStepAppliesUpdatesOnce(t *testing.T) {
 		t.Fatalf("claim of the last slot = %+v; want one slot", r)
 	}
 	unsent := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: "p2"}
-	back := store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major}
+	back := store.Update{}
 	for range 2 {
 		var st step
 		st.update(s, unsent, back, 2)
@@ -121,7 +121,7 @@ func TestOrphanGiveBackOnlyIfClaimRan(t *testing.T) {
 		var st step
 		seq++
 		h := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: member, qid: "q"}
-		st.update(s, h, store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major}, seq)
+		st.update(s, h, store.Update{}, seq)
 		run(&st, 1)
 	}
 	if r := claimAs("", "probe:"); r.kind != replyGrant {
@@ -130,7 +130,7 @@ func TestOrphanGiveBackOnlyIfClaimRan(t *testing.T) {
 	var st step
 	seq++
 	st.update(s, &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindProbe, member: "probe:1"},
-		store.Update{Credential: "bot", Route: claim.Route, Major: claim.Major, Sent: true, Status: 200,
+		store.Update{Sent: true, Status: 200,
 			Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, seq)
 	run(&st, 1)
 	if r := claimAs("h", "ran:"); r.kind != replyGrant || r.count != 1 {

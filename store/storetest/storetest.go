@@ -14,8 +14,9 @@ import (
 
 // Run runs the conformance suite against the stores that newStore returns.
 //
-// Each subtest calls newStore once and closes the store it gets with
-// t.Cleanup (Close must therefore be idempotent, as the contract says).
+// newStore must return a store that applies policy p. Each subtest calls it
+// at least once and closes the stores it gets with t.Cleanup (Close must
+// therefore be idempotent, as the contract says).
 // Subtests use credentials of their own, unique to one call of Run, so a
 // store backed by a shared server needs no cleaning between runs. The
 // invalid-request guard is the exception: it counts for the whole store, so
@@ -25,14 +26,14 @@ import (
 // Subtests whose checks read the wall clock closely run one at a time;
 // the others call t.Parallel and so run together once the calling test
 // function returns.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+func Run(t *testing.T, newStore func(t *testing.T, p store.Policy) store.Store) {
 	nonce := time.Now().UnixNano()
 	for _, tc := range cases() {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.serial {
 				t.Parallel()
 			}
-			tc.run(newHarness(t, newStore, nonce))
+			tc.run(newHarness(t, newStore, nonce, tc.policy))
 		})
 	}
 }
@@ -40,7 +41,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 // testCase is one subtest of Run.
 type testCase struct {
 	name   string
-	serial bool // runs alone: its checks are sensitive to scheduling delays
+	serial bool         // runs alone: its checks are sensitive to scheduling delays
+	policy store.Policy // of the subtest's first store
 	run    func(h *harness)
 }
 
@@ -60,24 +62,25 @@ func cases() []testCase {
 		{name: "LimitLowered", run: testLimitLowered},
 		{name: "FIFO", serial: true, run: testFIFO},
 		{name: "CancelWaiter", run: testCancelWaiter},
-		{name: "CancelGivesBackSlot", run: testCancelGivesBackSlot},
+		{name: "CancelGivesBackSlot", policy: store.Policy{GlobalWindow: far}, run: testCancelGivesBackSlot},
 		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
 		{name: "MaxWaitBeforeKnownWait", run: testMaxWaitBeforeKnownWait},
 		{name: "DeadlineDuringUnknownWait", run: testDeadlineDuringUnknownWait},
-		{name: "GlobalBurst", run: testGlobalBurst},
-		{name: "GlobalSlidingWindow", serial: true, run: testGlobalSlidingWindow},
-		{name: "Global429", run: testGlobal429},
-		{name: "User429", run: testUser429},
+		{name: "GlobalBurst", policy: store.Policy{GlobalWindow: far}, run: testGlobalBurst},
+		{name: "GlobalSlidingWindow", serial: true, policy: store.Policy{GlobalWindow: slidingWindow}, run: testGlobalSlidingWindow},
+		{name: "Global429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testGlobal429},
+		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
-		{name: "UnsentGivesBackGlobalSlot", run: testUnsentGivesBackGlobalSlot},
-		{name: "InvalidBudget", run: testInvalidBudget},
-		{name: "Unauthorized", run: testUnauthorized},
-		{name: "WebhookGone", run: testWebhookGone},
-		{name: "Close", run: testClose},
+		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
+		{name: "SettleOnce", run: testSettleOnce},
+		{name: "InvalidBudget", policy: store.Policy{InvalidBudget: 3, Cooldown: -1}, run: testInvalidBudget},
+		{name: "Unauthorized", policy: store.Policy{Cooldown: time.Hour}, run: testUnauthorized},
+		{name: "WebhookGone", policy: store.Policy{Cooldown: time.Hour}, run: testWebhookGone},
+		{name: "Close", policy: store.Policy{GlobalWindow: far}, run: testClose},
 		{name: "ClaimDone", run: testClaimDone},
-		{name: "Hammer", serial: true, run: testHammer},
+		{name: "Hammer", serial: true, policy: store.Policy{ResetOffset: 2 * time.Millisecond}, run: testHammer},
 	}
 }
 
@@ -94,6 +97,8 @@ const (
 	watch = 150 * time.Millisecond
 	// far is a reset that no subtest waits for.
 	far = 30 * time.Second
+	// slidingWindow is the global window of GlobalSlidingWindow.
+	slidingWindow = 300 * time.Millisecond
 )
 
 // Routes and majors used by the subtests.
@@ -110,19 +115,25 @@ const (
 
 // harness holds one subtest's store and helpers around it.
 type harness struct {
-	t     *testing.T
-	s     store.Store
-	nonce int64
+	t        *testing.T
+	s        store.Store
+	nonce    int64
+	newStore func(t *testing.T, p store.Policy) store.Store
 }
 
-func newHarness(t *testing.T, newStore func(t *testing.T) store.Store, nonce int64) *harness {
-	s := newStore(t)
+func newHarness(t *testing.T, newStore func(t *testing.T, p store.Policy) store.Store, nonce int64, p store.Policy) *harness {
+	s := newStore(t, p)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close() = %v; want nil", err)
 		}
 	})
-	return &harness{t: t, s: s, nonce: nonce}
+	return &harness{t: t, s: s, nonce: nonce, newStore: newStore}
+}
+
+// with returns a harness of the same subtest on a new store with policy p.
+func (h *harness) with(p store.Policy) *harness {
+	return newHarness(h.t, h.newStore, h.nonce, p)
 }
 
 // cred returns a credential unique to this subtest, this run and label.
@@ -147,15 +158,7 @@ func describe(c store.Claim) string {
 
 // response returns a sent Update with status and no rate-limit headers.
 func response(c store.Claim, status int) store.Update {
-	return store.Update{
-		Credential: c.Credential,
-		Route:      c.Route,
-		Major:      c.Major,
-		Global:     c.Global,
-		TokenAuth:  c.TokenAuth,
-		Sent:       true,
-		Status:     status,
-	}
+	return store.Update{Sent: true, Status: status}
 }
 
 // limits returns a 200 response carrying rate-limit headers.
@@ -186,7 +189,7 @@ func tooMany(c store.Claim, scope store.Scope, retry time.Duration) store.Update
 
 // acquireNow acquires a permit that the store must grant without waiting for
 // a reset or a pause.
-func (h *harness) acquireNow(c store.Claim) store.Permit {
+func (h *harness) acquireNow(c store.Claim) *store.Reservation {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
 	defer cancel()
@@ -197,10 +200,10 @@ func (h *harness) acquireNow(c store.Claim) store.Permit {
 	return p
 }
 
-func (h *harness) update(p store.Permit, u store.Update) {
+func (h *harness) update(p *store.Reservation, u store.Update) {
 	h.t.Helper()
-	if err := h.s.Update(h.t.Context(), p, u); err != nil {
-		h.t.Fatalf("Update(%s, status %d) = %v; want nil", u.Route, u.Status, err)
+	if err := p.Report(h.t.Context(), u); err != nil {
+		h.t.Fatalf("Report(%s, status %d) = %v; want nil", describe(p.Claim), u.Status, err)
 	}
 }
 
@@ -235,7 +238,7 @@ func (h *harness) mustWait(c store.Claim, d time.Duration) error {
 
 // result is what an asynchronous Acquire returned, and when.
 type result struct {
-	p   store.Permit
+	p   *store.Reservation
 	err error
 	at  time.Time
 }
@@ -468,7 +471,7 @@ func testNoBucketRoute(h *harness) {
 	for range n {
 		chans = append(chans, h.acquireAsync(ctx, c))
 	}
-	var permits []store.Permit
+	var permits []*store.Reservation
 	for i, ch := range chans {
 		r := h.await(ch, "concurrent request")
 		if r.err != nil {
@@ -580,8 +583,8 @@ func testFIFO(h *harness) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			if err := h.s.Update(ctx, p, limits(c, "h", 1, 0, step)); err != nil {
-				errs <- fmt.Errorf("waiter %d: Update = %w", i, err)
+			if err := p.Report(ctx, limits(c, "h", 1, 0, step)); err != nil {
+				errs <- fmt.Errorf("waiter %d: Report = %w", i, err)
 			}
 		}()
 		// Let waiter i join the queue before waiter i+1 arrives.
@@ -632,11 +635,9 @@ func testCancelGivesBackSlot(h *harness) {
 	g := c
 	g.Global = true
 	g.GlobalLimit = 1
-	g.GlobalWindow = far
 	other := claim(c.Credential, routeList, major2)
 	other.Global = true
 	other.GlobalLimit = 1
-	other.GlobalWindow = far
 	h.acquireNow(other) // fills the global window
 
 	ctx, cancel := context.WithCancel(h.t.Context())
@@ -748,14 +749,14 @@ func testDeadlineDuringUnknownWait(h *harness) {
 }
 
 // globalClaim learns a route with room for many requests, without counting
-// against the global window, and returns a global claim on it.
-func (h *harness) globalClaim(cred string, limit int, window time.Duration) store.Claim {
+// against the global window, and returns a global claim on it, of a
+// credential whose global limit is limit.
+func (h *harness) globalClaim(cred string, limit int) store.Claim {
 	h.t.Helper()
 	c := claim(cred, routeCreate, major1)
 	h.learn(c, "h", 10000, 9999, far) // not global: not counted
 	c.Global = true
 	c.GlobalLimit = limit
-	c.GlobalWindow = window
 	return c
 }
 
@@ -764,7 +765,7 @@ func (h *harness) globalClaim(cred string, limit int, window time.Duration) stor
 // credentials are not affected.
 func testGlobalBurst(h *harness) {
 	const n = 5
-	g := h.globalClaim(h.cred("a"), n, far)
+	g := h.globalClaim(h.cred("a"), n)
 	local := g
 	local.Global = false
 	for range 2 * n {
@@ -776,12 +777,12 @@ func testGlobalBurst(h *harness) {
 	h.mustWait(g, watch)
 	// Another route of the same credential counts against the same window.
 	g2 := claim(g.Credential, routeList, major2)
-	g2.Global, g2.GlobalLimit, g2.GlobalWindow = true, n, far
+	g2.Global, g2.GlobalLimit = true, n
 	h.mustWait(g2, watch)
 	// Not limited either.
 	h.acquireNow(local)
 
-	other := h.globalClaim(h.cred("b"), n, far)
+	other := h.globalClaim(h.cred("b"), n)
 	for range n {
 		h.acquireNow(other)
 	}
@@ -793,13 +794,13 @@ func testGlobalBurst(h *harness) {
 func testGlobalSlidingWindow(h *harness) {
 	const (
 		n      = 4
-		window = 300 * time.Millisecond
+		window = slidingWindow
 		total  = 16
 		// tolerance covers the delay between a grant and the moment its
 		// goroutine reads the clock.
 		tolerance = window / 2
 	)
-	g := h.globalClaim(h.cred("a"), n, window)
+	g := h.globalClaim(h.cred("a"), n)
 	ctx, cancel := context.WithTimeout(h.t.Context(), eventually)
 	defer cancel()
 	var chans []<-chan result
@@ -826,26 +827,25 @@ func testGlobalSlidingWindow(h *harness) {
 }
 
 // testGlobal429: a global 429 pauses the credential's global requests for
-// RetryAfter + Offset, and nothing else.
+// RetryAfter + ResetOffset, and nothing else.
 func testGlobal429(h *harness) {
-	g := h.globalClaim(h.cred("a"), 1000, time.Second)
+	g := h.globalClaim(h.cred("a"), 1000)
 	p := h.acquireNow(g)
 
 	const retry, offset = 250 * time.Millisecond, 50 * time.Millisecond
 	u := tooMany(g, store.ScopeGlobal, retry)
-	u.Offset = offset
 	t0 := time.Now()
 	h.update(p, u)
 
 	same := h.acquireAsync(h.t.Context(), g)
 	unknown := claim(g.Credential, routeEdit, major3)
-	unknown.Global, unknown.GlobalLimit, unknown.GlobalWindow = true, g.GlobalLimit, g.GlobalWindow
+	unknown.Global, unknown.GlobalLimit = true, g.GlobalLimit
 	other := h.acquireAsync(h.t.Context(), unknown)
 
 	local := g
 	local.Global = false
 	h.acquireNow(local)
-	h.acquireNow(h.globalClaim(h.cred("b"), 1000, time.Second))
+	h.acquireNow(h.globalClaim(h.cred("b"), 1000))
 
 	r := h.granted(same, "global request after a global 429")
 	h.notBefore(r, t0, retry+offset, "global request after a global 429")
@@ -853,7 +853,7 @@ func testGlobal429(h *harness) {
 	h.notBefore(r, t0, retry+offset, "global request on another route after a global 429")
 }
 
-// testUser429: a user 429 blocks its bucket for RetryAfter + Offset.
+// testUser429: a user 429 blocks its bucket for RetryAfter + ResetOffset.
 func testUser429(h *harness) {
 	c := claim(h.cred("a"), routeCreate, major1)
 	h.learn(c, "h", 10, 9, 200*time.Millisecond)
@@ -866,7 +866,6 @@ func testUser429(h *harness) {
 	u.Status = 429
 	u.Scope = store.ScopeUser
 	u.RetryAfter = retry
-	u.Offset = offset
 	t0 := time.Now()
 	h.update(p, u)
 
@@ -961,7 +960,7 @@ func testUnsentGivesBackSlot(h *harness) {
 // testUnsentGivesBackGlobalSlot: an Update with Sent false gives back the
 // request's place in the global window.
 func testUnsentGivesBackGlobalSlot(h *harness) {
-	g := h.globalClaim(h.cred("a"), 2, far)
+	g := h.globalClaim(h.cred("a"), 2)
 	h.acquireNow(g)
 	p := h.acquireNow(g)
 	h.mustWait(g, watch)
@@ -969,16 +968,42 @@ func testUnsentGivesBackGlobalSlot(h *harness) {
 	h.acquireNow(g)
 }
 
+// testSettleOnce: a reservation is settled once; a second Cancel or Report
+// gives nothing back and says so.
+func testSettleOnce(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far)
+	p := h.acquireNow(c)
+	if p.Settled() {
+		h.t.Errorf("new reservation reports Settled() = true")
+	}
+	p.Cancel()
+	p.Cancel()
+	if err := p.Report(h.t.Context(), limits(c, "h", 2, 1, far)); !errors.Is(err, store.ErrSettled) {
+		h.t.Errorf("Report after Cancel = %v; want ErrSettled", err)
+	}
+	if !p.Settled() {
+		h.t.Errorf("cancelled reservation reports Settled() = false")
+	}
+	// One slot came back, not two.
+	q := h.acquireNow(c)
+	h.mustWait(c, watch)
+	h.update(q, limits(c, "h", 2, 0, far))
+	if err := q.Report(h.t.Context(), unsent(c)); !errors.Is(err, store.ErrSettled) {
+		h.t.Errorf("second Report = %v; want ErrSettled", err)
+	}
+	h.mustWait(c, watch)
+}
+
 // testInvalidBudget: 401, 403 and non-shared 429 responses count against
-// InvalidBudget; once it is spent, Acquire refuses.
+// InvalidBudget; once it is spent, Acquire refuses. A negative budget
+// disables the guard.
 func testInvalidBudget(h *harness) {
 	cred := h.cred("a")
 	next := 0
 	c := func() store.Claim {
 		next++
-		cl := claim(cred, routeCreate, fmt.Sprintf("channels/%d", next))
-		cl.InvalidBudget = 3
-		return cl
+		return claim(cred, routeCreate, fmt.Sprintf("channels/%d", next))
 	}
 
 	c1 := c()
@@ -986,9 +1011,7 @@ func testInvalidBudget(h *harness) {
 	c2 := c()
 	h.update(h.acquireNow(c2), tooMany(c2, store.ScopeShared, 10*time.Millisecond)) // not counted
 	c3 := c()
-	u := response(c3, 401)
-	u.Cooldown = -1
-	h.update(h.acquireNow(c3), u)
+	h.update(h.acquireNow(c3), response(c3, 401)) // Cooldown -1: counted, not refused
 	c4 := c()
 	h.update(h.acquireNow(c4), tooMany(c4, store.ScopeUser, 10*time.Millisecond))
 
@@ -1005,18 +1028,19 @@ func testInvalidBudget(h *harness) {
 		h.t.Errorf("WaitError.Scope = %q; want %q", we.Scope, store.ScopeGuard)
 	}
 
-	off := c()
-	off.InvalidBudget = -1
-	h.acquireNow(off)
+	off := h.with(store.Policy{InvalidBudget: -1})
+	for range 5 {
+		cl := c()
+		off.update(off.acquireNow(cl), response(cl, 403))
+	}
+	off.acquireNow(c())
 }
 
 // testUnauthorized: a 401 on the Authorization header makes the credential
 // fail fast for Cooldown.
 func testUnauthorized(h *harness) {
 	c := claim(h.cred("a"), routeCreate, major1)
-	u := response(c, 401)
-	u.Cooldown = time.Hour
-	h.update(h.acquireNow(c), u)
+	h.update(h.acquireNow(c), response(c, 401))
 
 	for _, cl := range []store.Claim{c, claim(c.Credential, routeMe, "")} {
 		ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
@@ -1037,19 +1061,17 @@ func testUnauthorized(h *harness) {
 	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
 
 	// Cooldown negative disables.
+	off := h.with(store.Policy{Cooldown: -1})
 	d := claim(h.cred("c"), routeCreate, major1)
-	u = response(d, 401)
-	u.Cooldown = -1
-	h.update(h.acquireNow(d), u)
-	h.acquireNow(d)
+	off.update(off.acquireNow(d), response(d, 401))
+	off.acquireNow(d)
 
 	// The cooldown ends.
+	short := h.with(store.Policy{Cooldown: 100 * time.Millisecond})
 	e := claim(h.cred("d"), routeCreate, major1)
-	u = response(e, 401)
-	u.Cooldown = 100 * time.Millisecond
-	h.update(h.acquireNow(e), u)
+	short.update(short.acquireNow(e), response(e, 401))
 	time.Sleep(500 * time.Millisecond)
-	h.acquireNow(e)
+	short.acquireNow(e)
 }
 
 // testWebhookGone: a 404 or 401 on a token-authenticated route makes that
@@ -1063,9 +1085,7 @@ func testWebhookGone(h *harness) {
 	}
 	for _, status := range []int{404, 401} {
 		c := hook(fmt.Sprintf("webhooks/%d/token", status))
-		u := response(c, status)
-		u.Cooldown = time.Hour
-		h.update(h.acquireNow(c), u)
+		h.update(h.acquireNow(c), response(c, status))
 
 		ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
 		_, err := h.s.Acquire(ctx, c)
@@ -1088,17 +1108,14 @@ func testWebhookGone(h *harness) {
 
 	// A 404 elsewhere is an ordinary answer.
 	c := claim(h.cred("b"), routeEdit, major1)
-	u := response(c, 404)
-	u.Cooldown = time.Hour
-	h.update(h.acquireNow(c), u)
+	h.update(h.acquireNow(c), response(c, 404))
 	h.acquireNow(c)
 
 	// Cooldown negative disables.
+	off := h.with(store.Policy{Cooldown: -1})
 	d := hook("webhooks/3/token")
-	u = response(d, 404)
-	u.Cooldown = -1
-	h.update(h.acquireNow(d), u)
-	h.acquireNow(d)
+	off.update(off.acquireNow(d), response(d, 404))
+	off.acquireNow(d)
 }
 
 // testClose: Close releases every waiter with ErrClosed, is idempotent, and
@@ -1109,7 +1126,7 @@ func testClose(h *harness) {
 	h.learn(exhausted, "h", 1, 0, far)
 	probe := claim(cred, routeList, major2)
 	h.acquireNow(probe)
-	g := h.globalClaim(h.cred("b"), 1, far)
+	g := h.globalClaim(h.cred("b"), 1)
 	h.acquireNow(g)
 
 	var chans []<-chan result
@@ -1187,9 +1204,7 @@ func (e *emulator) serve(c store.Claim) store.Update {
 	}
 	// Reset-After has millisecond precision, rounded up here.
 	after := (e.end.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond)
-	u := limits(c, "h", e.limit, max(0, e.limit-e.used), after)
-	u.Offset = 2 * time.Millisecond
-	return u
+	return limits(c, "h", e.limit, max(0, e.limit-e.used), after)
 }
 
 // testHammer: many goroutines on one bucket never send more than its limit
@@ -1215,8 +1230,8 @@ func testHammer(h *harness) {
 					errs <- fmt.Errorf("worker %d: Acquire = %w", i, err)
 					return
 				}
-				if err := h.s.Update(ctx, p, e.serve(c)); err != nil {
-					errs <- fmt.Errorf("worker %d: Update = %w", i, err)
+				if err := p.Report(ctx, e.serve(c)); err != nil {
+					errs <- fmt.Errorf("worker %d: Report = %w", i, err)
 					return
 				}
 			}
