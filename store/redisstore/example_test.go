@@ -22,7 +22,7 @@ func ExampleNew() {
 	s := redisstore.New(client,
 		redisstore.WithPrefix("mybot"),
 		redisstore.WithFailurePolicy(redisstore.FailOpen),
-		redisstore.WithLocalShare(8), // up to 8 processes per bot
+		redisstore.WithLocalShare(8),                          // up to 8 processes per bot
 		redisstore.WithPolicy(store.Policy{GlobalLimit: 500}), // a bot whose global limit Discord raised
 		redisstore.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))),
 	)
