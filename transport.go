@@ -128,51 +128,84 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(tel.outgoing(out))
-		if err != nil {
-			t.report(ctx, permit, t.update(true, nil, nil))
-			if t.retryable(req, attempt) && ctx.Err() == nil {
-				if wait := t.nextWait(&bo); t.sleep(ctx, wait) {
-					t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, RetryAfter: wait, Attempt: attempt, Err: err})
-					continue
-				}
-			}
-			return nil, err
+		var lim limits
+		if err == nil {
+			lim, err = t.readLimits(resp, key) // an error: the body broke off
 		}
-
-		lim, err := t.readLimits(resp, key)
-		if err != nil {
-			t.report(ctx, permit, t.update(true, resp, &lim))
-			resp.Body.Close()
-			return nil, err
-		}
-		if resp.StatusCode == http.StatusTooManyRequests && lim.scope == store.ScopeBlocked {
-			// No retry_after: back off, and make every request of the
-			// credential wait as long, so none retries in a tight loop.
-			lim.retryAfter = max(lim.retryAfter, t.nextWait(&bo))
-		}
+		d := t.decide(req, attempt, resp, err, &lim, &bo)
 		t.report(ctx, permit, t.update(true, resp, &lim))
-
-		switch {
-		case resp.StatusCode == http.StatusTooManyRequests:
+		if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
 			t.rateLimited(ctx, &tel, key, bucket, resp, &lim, attempt)
-			if attempt > t.cfg.retries || !replayable(req) {
-				t.event(&tel, Event{Kind: EventGaveUp, Route: key.route, Bucket: bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
-				return resp, nil
+		}
+
+		e := Event{Route: key.route, Bucket: bucket, Scope: lim.scope, RetryAfter: d.wait, Attempt: attempt, Err: err}
+		if resp != nil {
+			e.Status = resp.StatusCode
+		}
+		if !d.retry {
+			if d.gaveUp {
+				e.Kind = EventGaveUp
+				t.event(&tel, e)
 			}
-			// The store now knows the wait: the next claim waits it.
-			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, Scope: lim.scope, Status: resp.StatusCode, RetryAfter: lim.retryAfter, Attempt: attempt})
-			drain(resp)
-		case resp.StatusCode >= 500 && t.retryable(req, attempt):
-			wait := t.nextWait(&bo)
-			drain(resp)
-			if !t.sleep(ctx, wait) {
-				return nil, ctx.Err()
+			if err != nil {
+				if resp != nil {
+					resp.Body.Close()
+				}
+				return nil, err
 			}
-			t.event(&tel, Event{Kind: EventRetrying, Route: key.route, Bucket: bucket, Status: resp.StatusCode, RetryAfter: wait, Attempt: attempt})
-		default:
 			return resp, nil
 		}
+		if resp != nil {
+			drain(resp)
+		}
+		if err := t.sleep(ctx, d.sleep); err != nil {
+			return nil, t.interrupted(&tel, key, bucket, d, err, attempt)
+		}
+		e.Kind = EventRetrying
+		t.event(&tel, e)
 	}
+}
+
+// decision is what the outcome of one attempt calls for, in the manner of
+// go-retryablehttp's CheckRetry and Backoff taken together.
+type decision struct {
+	retry  bool          // send again
+	gaveUp bool          // a failure is returned without retrying it
+	wait   time.Duration // how long the limit or back-off lasts, for events
+	sleep  time.Duration // how long to sleep before claiming again; 0 when the store times the wait
+}
+
+// decide returns what to do after an attempt that ended with resp (its
+// limits in lim) or err. A 429 with a retry_after is retried once the store,
+// which now knows the wait, grants again; a 429 without one (a block),
+// a 5xx or a network error is retried after the request's back-off, when
+// the request may be sent again (see WithRetries, WithRetryNonIdempotent). A
+// block's back-off is reported to the store as the block's wait, so every
+// request of the credential waits as long and none retries in a tight
+// loop.
+func (t *Transport) decide(req *http.Request, attempt int, resp *http.Response, err error, lim *limits, bo *backoff.BackOff) decision {
+	switch {
+	case err != nil && resp != nil:
+		return decision{} // the body of a 429 broke off
+	case err != nil:
+		if !t.retryable(req, attempt) || req.Context().Err() != nil {
+			return decision{}
+		}
+		wait := t.nextWait(bo)
+		return decision{retry: wait != backoff.Stop, wait: wait, sleep: wait}
+	case resp.StatusCode == http.StatusTooManyRequests:
+		if lim.scope == store.ScopeBlocked {
+			lim.retryAfter = max(lim.retryAfter, t.nextWait(bo))
+		}
+		if attempt > t.cfg.retries || !replayable(req) {
+			return decision{gaveUp: true, wait: lim.retryAfter}
+		}
+		return decision{retry: true, wait: lim.retryAfter}
+	case resp.StatusCode >= 500 && t.retryable(req, attempt):
+		wait := t.nextWait(bo)
+		return decision{retry: wait != backoff.Stop, wait: wait, sleep: wait}
+	}
+	return decision{}
 }
 
 // claim names the request to the store.
@@ -298,6 +331,13 @@ func (t *Transport) giveUp(tel *reqTelemetry, key routeKey, err error, attempt i
 	return rl
 }
 
+// interrupted reports a wait before a retry that ended early (the context
+// ended or the transport closed) the way a wait for a slot that ends so is
+// reported: as a *RateLimitError wrapping the reason.
+func (t *Transport) interrupted(tel *reqTelemetry, key routeKey, bucket string, d decision, err error, attempt int) error {
+	return t.giveUp(tel, key, &store.WaitError{Bucket: bucket, RetryAfter: d.sleep, Err: err}, attempt)
+}
+
 // event reports e to the request's telemetry and the event handler.
 func (t *Transport) event(tel *reqTelemetry, e Event) {
 	tel.event(&e)
@@ -323,20 +363,21 @@ func (t *Transport) nextWait(bo *backoff.BackOff) time.Duration {
 	return (*bo).NextBackOff()
 }
 
-// sleep waits d unless ctx ends or the transport closes first.
-func (t *Transport) sleep(ctx context.Context, d time.Duration) bool {
-	if d == backoff.Stop {
-		return false
+// sleep waits d unless ctx ends or the transport closes first, and then
+// returns why.
+func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil // the store times the wait
 	}
 	timer := t.cfg.clock.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C():
-		return true
+		return nil
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	case <-t.done:
-		return false
+		return ErrClosed
 	}
 }
 

@@ -894,3 +894,33 @@ func TestPolicyOptionsWithStorePanic(t *testing.T) {
 	ratecord.NewTransport(nil, ratecord.WithStore(s), ratecord.WithInvalidRequestBudget(10))
 	t.Error("NewTransport(WithStore, WithInvalidRequestBudget) returned; want a panic")
 }
+
+// TestRetryWaitEndsLikeAClaimWait checks that a wait before a retry that
+// the context ends is reported as a wait for a slot is: a *RateLimitError
+// wrapping the context's error; and that a back-off that stops returns the
+// last response.
+func TestRetryWaitEndsLikeAClaimWait(t *testing.T) {
+	t.Parallel()
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("GET", channelRE, httpmock.NewStringResponder(503, "unavailable"))
+	mock.RegisterRegexpResponder("GET", regexp.MustCompile(`/guilds/\d+$`), httpmock.NewErrorResponder(errors.New("connection reset")))
+	slow := func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
+	c, _ := newClient(t, mock, ratecord.WithBackOff(slow))
+	for _, url := range []string{api + "/channels/1", api + "/guilds/1"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := doCtx(ctx, c, "GET", url, "Bot a", nil)
+		cancel()
+		var rl *ratecord.RateLimitError
+		if !errors.As(err, &rl) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("GET %s with a deadline during the back-off: %v; want a *RateLimitError wrapping context.DeadlineExceeded", url, err)
+		}
+	}
+
+	stop := func() backoff.BackOff { return &backoff.StopBackOff{} }
+	c, _ = newClient(t, mock, ratecord.WithBackOff(stop))
+	resp, err := do(t, c, "GET", api+"/channels/2", "Bot a")
+	if err != nil || resp == nil || resp.StatusCode != 503 {
+		t.Fatalf("GET with a back-off that stops: %v, %v; want the 503", resp, err)
+	}
+	resp.Body.Close()
+}
