@@ -115,7 +115,10 @@ func New(opts ...Option) *Store {
 }
 
 // now returns the store's time in milliseconds, rounded down.
-func (s *Store) now() int64 { return s.clock.Now().Sub(s.epoch).Milliseconds() }
+func (s *Store) now() int64 { return s.ms(s.clock.Now()) }
+
+// ms returns t in the store's milliseconds, rounded down.
+func (s *Store) ms(t time.Time) int64 { return t.Sub(s.epoch).Milliseconds() }
 
 // ms converts a number of the store's milliseconds to a duration.
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -172,9 +175,11 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		return nil, &store.WaitError{Err: store.ErrClosed}
 	default:
 	}
-	start := s.clock.Now()
 	s.mu.Lock()
-	now := s.now()
+	// One clock read: under the lock, so the store's time never runs
+	// backwards between grants.
+	start := s.clock.Now()
+	now := s.ms(start)
 	if s.closed {
 		s.mu.Unlock()
 		return nil, &store.WaitError{Err: store.ErrClosed}
