@@ -143,6 +143,45 @@ func ExampleWithBotGlobalLimit() {
 	// 876543210987654321 true
 }
 
+// A slash-command reply that must go now or not at all: under a context
+// from WithRequestMaxWait(ctx, 0) a request whose bucket is spent fails at
+// once, saying how long it would have waited, instead of waiting.
+func ExampleWithRequestMaxWait() {
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "1")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "5")
+		fmt.Fprint(w, `{}`)
+	}))
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil)
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	send := func(ctx context.Context) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", discord.URL+"/api/v10/channels/1/messages", nil)
+		req.Header.Set("Authorization", "Bot token")
+		resp, err := client.Do(req)
+		var rl *ratecord.RateLimitError
+		if errors.As(err, &rl) {
+			fmt.Println(errors.Is(err, ratecord.ErrWaitTooLong), rl.RetryAfter.Round(time.Second))
+			return
+		}
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status)
+	}
+	send(context.Background())
+	send(ratecord.WithRequestMaxWait(context.Background(), 0))
+	// Output:
+	// 200 OK
+	// true 5s
+}
+
 // Events tell when Discord answered 429, when ratecord retries, gives up, or
 // refuses a request to protect the bot from a ban.
 func ExampleWithEventHandler() {

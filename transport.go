@@ -108,6 +108,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	ctx, tel := t.tel.start(req, &key) // ctx carries the request's span, if any
 	defer func() { tel.end(resp, err) }()
 	claim := t.claim(key, req)
+	retries := t.cfg.retries
+	if rc := controlOf(req.Context()); rc != (control{}) {
+		if rc.hasMaxWait {
+			claim.MaxWait, claim.NoWait = rc.maxWait, rc.maxWait == 0
+		}
+		if rc.hasRetries {
+			retries = rc.retries
+		}
+	}
 	var bo backoff.BackOff
 
 	for attempt := 1; ; attempt++ {
@@ -132,7 +141,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if err == nil {
 			lim, err = t.readLimits(resp, key) // an error: the body broke off
 		}
-		d := t.decide(req, attempt, resp, err, &lim, &bo)
+		d := t.decide(req, attempt, retries, resp, err, &lim, &bo)
 		t.report(ctx, permit, t.update(true, resp, &lim))
 		if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
 			t.rateLimited(ctx, &tel, key, bucket, resp, &lim, attempt)
@@ -183,12 +192,12 @@ type decision struct {
 // block's back-off is reported to the store as the block's wait, so every
 // request of the credential waits as long and none retries in a tight
 // loop.
-func (t *Transport) decide(req *http.Request, attempt int, resp *http.Response, err error, lim *limits, bo *backoff.BackOff) decision {
+func (t *Transport) decide(req *http.Request, attempt, retries int, resp *http.Response, err error, lim *limits, bo *backoff.BackOff) decision {
 	switch {
 	case err != nil && resp != nil:
 		return decision{} // the body of a 429 broke off
 	case err != nil:
-		if !t.retryable(req, attempt) || req.Context().Err() != nil {
+		if !t.retryable(req, attempt, retries) || req.Context().Err() != nil {
 			return decision{}
 		}
 		wait := t.nextWait(bo)
@@ -197,11 +206,11 @@ func (t *Transport) decide(req *http.Request, attempt int, resp *http.Response, 
 		if lim.scope == store.ScopeBlocked {
 			lim.retryAfter = max(lim.retryAfter, t.nextWait(bo))
 		}
-		if attempt > t.cfg.retries || !replayable(req) {
+		if attempt > retries || !replayable(req) {
 			return decision{gaveUp: true, wait: lim.retryAfter}
 		}
 		return decision{retry: true, wait: lim.retryAfter}
-	case resp.StatusCode >= 500 && t.retryable(req, attempt):
+	case resp.StatusCode >= 500 && t.retryable(req, attempt, retries):
 		wait := t.nextWait(bo)
 		return decision{retry: wait != backoff.Stop, wait: wait, sleep: wait}
 	}
@@ -347,8 +356,8 @@ func (t *Transport) event(tel *reqTelemetry, e Event) {
 }
 
 // retryable reports whether a 5xx or a network error may be retried.
-func (t *Transport) retryable(req *http.Request, attempt int) bool {
-	if attempt > t.cfg.retries || !replayable(req) {
+func (t *Transport) retryable(req *http.Request, attempt, retries int) bool {
+	if attempt > retries || !replayable(req) {
 		return false
 	}
 	return t.cfg.retryUnsafe || idempotent(req)

@@ -155,6 +155,13 @@ type Claim struct {
 	// MaxWait is the longest the caller accepts to wait. Zero means no limit
 	// other than ctx.
 	MaxWait time.Duration
+	// NoWait asks for a slot now or not at all: when the request cannot be
+	// granted at once (its bucket or the global window is spent, a pause
+	// lasts, requests are queued ahead of it, or a probe of its route is in
+	// flight), Acquire fails at once with [ErrWaitTooLong] and, in the
+	// *[WaitError]'s RetryAfter, the store's estimate of the wait (zero when
+	// only a response can end it).
+	NoWait bool
 	// Done, when closed, releases the waiter with [ErrClosed]. It may be nil.
 	Done <-chan struct{}
 }
@@ -356,15 +363,41 @@ func (e *WaitError) Unwrap() error { return e.Err }
 
 // CheckWait reports whether a wait of d starting at now is known to end
 // after ctx's deadline (context.DeadlineExceeded) or after the claim's
-// MaxWait ([ErrWaitTooLong]). Stores use it to fail fast.
+// MaxWait, or at all under NoWait ([ErrWaitTooLong]). Stores use it to fail
+// fast. A wait past both gets an error that errors.Is matches with either.
 func CheckWait(ctx context.Context, c *Claim, now time.Time, d time.Duration) error {
-	if dl, ok := ctx.Deadline(); ok && now.Add(d).After(dl) {
+	dl, ok := ctx.Deadline()
+	return Exceeds(ok && now.Add(d).After(dl), c.MaxWait > 0 && d > c.MaxWait || c.NoWait && d > 0)
+}
+
+// Exceeds returns the error of a wait known to end after the context's
+// deadline (deadline), after the longest wait the claim accepts (tooLong),
+// both, or neither (nil).
+func Exceeds(deadline, tooLong bool) error {
+	switch {
+	case deadline && tooLong:
+		return errBoth
+	case deadline:
 		return context.DeadlineExceeded
-	}
-	if c.MaxWait > 0 && d > c.MaxWait {
+	case tooLong:
 		return ErrWaitTooLong
 	}
 	return nil
+}
+
+// errBoth is the error of a wait past both the deadline and the maximum.
+var errBoth error = exceedsBoth{}
+
+type exceedsBoth struct{}
+
+func (exceedsBoth) Error() string {
+	return "ratecord: wait exceeds the maximum and the context's deadline"
+}
+
+// Is reports whether target is [ErrWaitTooLong] or
+// context.DeadlineExceeded: the wait exceeds both.
+func (exceedsBoth) Is(target error) bool {
+	return target == ErrWaitTooLong || target == context.DeadlineExceeded
 }
 
 // ClampDuration bounds d to [0, 24h]: stores use it on durations read from

@@ -200,8 +200,12 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		return store.NewReservation(s, claim, hashOf(b), 0, handle(b), tok), nil
 	}
 
-	if wait := s.estimate(cr, b, c, now); wait > 0 {
-		if err := store.CheckWait(ctx, c, start, ms(wait)); err != nil {
+	if wait := s.estimate(cr, b, c, now); wait > 0 || c.NoWait {
+		err := store.CheckWait(ctx, c, start, ms(wait))
+		if c.NoWait && err == nil {
+			err = store.ErrWaitTooLong // it cannot go at once
+		}
+		if err != nil {
 			scope := store.ScopeUser
 			if b == nil || (c.Global && b.q.empty() && b.available(now)) {
 				scope = store.ScopeGlobal

@@ -416,11 +416,12 @@ func (s *Store) waitFor(q *lqueue, head *store.Claim, guess string, r claimReply
 	}
 	q.unknown = r.bound == 0
 	q.boundUntil = time.Time{}
-	if bound <= 0 {
-		return
+	until := now.Add(time.Millisecond) // a wait of unknown length fails only the waiters that will not wait
+	if bound > 0 {
+		q.boundUntil = now.Add(bound)
+		until = q.boundUntil
 	}
-	q.boundUntil = now.Add(bound)
-	for _, w := range q.due(nil, q.boundUntil) {
+	for _, w := range q.due(nil, until) {
 		w.err = &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: bound, Err: w.err}
 		q.settle(w, failed)
 	}
@@ -434,12 +435,9 @@ func (q *lqueue) due(head *store.Claim, until time.Time) []*waiter {
 	kept := q.waiters[:0]
 	for _, w := range q.waiters {
 		var err error
-		switch {
-		case head != nil && !compatible(head, &w.claim):
-		case !w.deadline.IsZero() && until.After(w.deadline):
-			err = context.DeadlineExceeded
-		case w.claim.MaxWait > 0 && until.After(w.start.Add(w.claim.MaxWait)):
-			err = store.ErrWaitTooLong
+		if head == nil || compatible(head, &w.claim) {
+			err = store.Exceeds(!w.deadline.IsZero() && until.After(w.deadline),
+				w.claim.MaxWait > 0 && until.After(w.start.Add(w.claim.MaxWait)) || w.claim.NoWait && until.After(w.start))
 		}
 		if err == nil {
 			kept = append(kept, w)

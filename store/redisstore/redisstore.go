@@ -274,6 +274,16 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 		s.giveBackLocal(local)
 		return grant{}, unavailable("claim", errStalled)
 	}
+	if c.NoWait && len(q.waiters) > 0 {
+		// Requests of this process are queued ahead of it.
+		werr := &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: q.boundFrom(start), Err: store.ErrWaitTooLong}
+		if err := store.CheckWait(ctx, &c, start, werr.RetryAfter); err != nil {
+			werr.Err = err
+		}
+		s.mu.Unlock()
+		s.giveBackLocal(local)
+		return grant{}, werr
+	}
 	w := &waiter{claim: c, ready: make(chan struct{}), start: start, local: local}
 	if dl, ok := ctx.Deadline(); ok {
 		w.deadline = dl

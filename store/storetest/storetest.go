@@ -75,6 +75,7 @@ func cases() []testCase {
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
 		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
 		{name: "SettleOnce", run: testSettleOnce},
+		{name: "NoWait", run: testNoWait},
 		{name: "InvalidBudget", policy: store.Policy{InvalidBudget: 3, Cooldown: -1}, run: testInvalidBudget},
 		{name: "Unauthorized", policy: store.Policy{Cooldown: time.Hour}, run: testUnauthorized},
 		{name: "WebhookGone", policy: store.Policy{Cooldown: time.Hour}, run: testWebhookGone},
@@ -993,6 +994,55 @@ func testSettleOnce(h *harness) {
 		h.t.Errorf("second Report = %v; want ErrSettled", err)
 	}
 	h.mustWait(c, watch)
+}
+
+// testNoWait: a claim that will not wait is granted when its request can
+// go at once, and otherwise fails at once with ErrWaitTooLong and the
+// estimated wait: on a spent bucket, behind a probe in flight, and on a
+// spent global window.
+func testNoWait(h *harness) {
+	nowait := func(c store.Claim) store.Claim { c.NoWait = true; return c }
+	refused := func(c store.Claim, wantRetry bool, what string) {
+		h.t.Helper()
+		ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+		defer cancel()
+		t0 := time.Now()
+		p, err := h.s.Acquire(ctx, nowait(c))
+		if err == nil {
+			h.t.Errorf("%s: NoWait claim granted; want ErrWaitTooLong", what)
+			p.Cancel()
+			return
+		}
+		if d := time.Since(t0); d > atOnce/2 {
+			h.t.Errorf("%s: NoWait claim failed after %v; want at once", what, d)
+		}
+		we := h.waitError(err, store.ErrWaitTooLong, what)
+		if wantRetry && (we.RetryAfter <= 0 || we.RetryAfter > far+time.Second) {
+			h.t.Errorf("%s: RetryAfter = %v; want the wait, about %v", what, we.RetryAfter, far)
+		}
+	}
+
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far)
+	h.update(h.acquireNow(nowait(c)), limits(c, "h", 2, 0, far)) // a slot left: granted
+	refused(c, true, "spent bucket")
+	// Past the deadline too: the error says both.
+	ctx, cancel := context.WithTimeout(h.t.Context(), atOnce)
+	_, err := h.s.Acquire(ctx, nowait(c))
+	cancel()
+	if !errors.Is(err, store.ErrWaitTooLong) || !errors.Is(err, context.DeadlineExceeded) {
+		h.t.Errorf("NoWait claim whose wait passes its deadline: %v; want an error matching both ErrWaitTooLong and context.DeadlineExceeded", err)
+	}
+
+	probe := claim(c.Credential, routeList, major2)
+	p := h.acquireNow(probe) // the route's first request probes it
+	refused(probe, false, "behind a probe in flight")
+	h.update(p, limits(probe, "list", 5, 4, far))
+	h.update(h.acquireNow(nowait(probe)), limits(probe, "list", 5, 3, far))
+
+	g := h.globalClaim(h.cred("b"), 1)
+	h.acquireNow(nowait(g))
+	refused(g, true, "spent global window")
 }
 
 // testInvalidBudget: 401, 403 and non-shared 429 responses count against

@@ -1,0 +1,102 @@
+package ratecord_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jarcoal/httpmock"
+
+	"github.com/ratecord/ratecord"
+)
+
+func TestRequestMaxWait(t *testing.T) {
+	t.Parallel()
+	f := newFakeDiscord()
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 1, 5*time.Second, false))
+	c, _ := newClient(t, mock, ratecord.WithMaxWait(time.Minute))
+	okResp(t)(doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil))
+
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{"never wait", ratecord.WithRequestMaxWait(context.Background(), 0)},
+		{"100ms", ratecord.WithRequestMaxWait(context.Background(), 100*time.Millisecond)},
+	} {
+		t0 := time.Now()
+		_, err := doCtx(tc.ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+		var rl *ratecord.RateLimitError
+		if !errors.As(err, &rl) || !errors.Is(err, ratecord.ErrWaitTooLong) {
+			t.Fatalf("%s: %v; want a *RateLimitError wrapping ErrWaitTooLong", tc.name, err)
+		}
+		if rl.RetryAfter < 4*time.Second || rl.RetryAfter > 6*time.Second {
+			t.Errorf("%s: RetryAfter = %v; want the bucket's reset, about 5s", tc.name, rl.RetryAfter)
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("%s: failed after %v; want at once", tc.name, d)
+		}
+	}
+	if _, n429, _ := f.stats(); n429 != 0 {
+		t.Errorf("%d 429s; want none", n429)
+	}
+}
+
+func TestRequestMaxWaitBehindProbe(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
+		<-release
+		return httpmock.NewStringResponse(200, "{}"), nil
+	})
+	c, _ := newClient(t, mock)
+	first := make(chan error, 1)
+	go func() {
+		resp, err := doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the first request probes the unknown route
+	_, err := doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	close(release)
+	if !errors.Is(err, ratecord.ErrWaitTooLong) {
+		t.Errorf("request that will not wait, behind a probe in flight: %v; want ErrWaitTooLong", err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("probe: %v", err)
+	}
+}
+
+func TestRequestRetries(t *testing.T) {
+	t.Parallel()
+	mock := httpmock.NewMockTransport()
+	tooMany := httpmock.NewStringResponder(429, `{"message":"You are being rate limited.","retry_after":0.01,"global":false}`).
+		HeaderSet(http.Header{"X-Ratelimit-Scope": {"user"}})
+	mock.RegisterRegexpResponder("GET", channelRE, tooMany)
+	c, _ := newClient(t, mock, ratecord.WithRetries(0))
+	resp, err := doCtx(ratecord.WithRequestRetries(context.Background(), 2), c, "GET", api+"/channels/1", "Bot a", nil)
+	if err != nil || resp.StatusCode != 429 {
+		t.Fatalf("%v, %v; want the last 429", resp, err)
+	}
+	resp.Body.Close()
+	if n := mock.GetTotalCallCount(); n != 3 {
+		t.Errorf("%d calls with two retries asked by the context; want 3", n)
+	}
+
+	c, _ = newClient(t, mock) // three retries by default
+	mock.ZeroCallCounters()
+	resp, err = doCtx(ratecord.WithRequestRetries(context.Background(), 0), c, "GET", api+"/channels/2", "Bot a", nil)
+	if err != nil || resp.StatusCode != 429 {
+		t.Fatalf("%v, %v; want the 429", resp, err)
+	}
+	resp.Body.Close()
+	if n := mock.GetTotalCallCount(); n != 1 {
+		t.Errorf("%d calls with no retry asked by the context; want 1", n)
+	}
+}
