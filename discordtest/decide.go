@@ -65,6 +65,7 @@ type result struct {
 	code      int    // Discord error code of a 404 or 401
 	message   string // Discord error message of a 404 or 401
 	id        string // snowflake for a created object
+	gateway   int    // max_concurrency for the body of GET /gateway/bot, 0 otherwise
 }
 
 // bucketHeaders are the values of the X-RateLimit-* headers of a bucket.
@@ -107,7 +108,8 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		return res
 	}
 
-	if !s.authorized(q.auth) {
+	// GET /gateway/bot tells a bot about its own gateway: no token, no answer.
+	if !s.authorized(q.auth) || (q.auth == "" && isGatewayBot(q)) {
 		res.status, res.code, res.message = http.StatusUnauthorized, 0, "401: Unauthorized"
 		s.countInvalid(q.ip, now)
 		return res
@@ -167,6 +169,9 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 	res.status = successStatus(q, hasBucket)
 	if res.status == http.StatusOK {
 		res.id = s.snowflake(now)
+	}
+	if isGatewayBot(q) {
+		res.gateway = s.maxConcurrency
 	}
 	return res
 }

@@ -19,6 +19,13 @@
 //     [WithBuckets] and [WithRoutes].
 //   - The global limit, 50 requests in any one second per credential by
 //     default, with interaction callbacks and interaction webhooks exempt.
+//   - GET /gateway/bot as Discord answers it (url, shards and
+//     session_start_limit with total, remaining, reset_after and
+//     max_concurrency), so a client can find a large bot's global limit
+//     instead of being told: [WithMaxConcurrency] sets max_concurrency and
+//     the global limit that goes with it ([GlobalLimitFor]: 50 per second
+//     for 1, max(500, 25 × n) for more), [Server.SetMaxConcurrency] changes
+//     both while the emulator runs. Without a token it answers 401.
 //   - The headers exactly as Discord sends them: X-RateLimit-Limit,
 //     -Remaining, -Reset, -Reset-After and -Bucket on every response of a
 //     route in the table, Date and Via on every response but a ban; on a 429

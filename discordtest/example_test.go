@@ -1,6 +1,7 @@
 package discordtest_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,4 +50,38 @@ func Example() {
 	// 200 limit 5 remaining 0
 	// 429 limit 5 remaining 0, scope user
 	// requests 6, 429s 1, avoidable 1
+}
+
+// A large bot's emulator: GET /gateway/bot reports max_concurrency 16, and
+// the global limit is the one that goes with it, 500 requests a second
+// instead of 50.
+func ExampleWithMaxConcurrency() {
+	srv := discordtest.NewServer(discordtest.WithMaxConcurrency(16))
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL()+"/api/v10/gateway/bot", nil)
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Authorization", "Bot my-token")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	var gw struct {
+		Shards            int `json:"shards"`
+		SessionStartLimit struct {
+			MaxConcurrency int `json:"max_concurrency"`
+		} `json:"session_start_limit"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&gw); err != nil {
+		panic(err)
+	}
+	fmt.Printf("shards %d, max_concurrency %d, global limit %d/s\n",
+		gw.Shards, gw.SessionStartLimit.MaxConcurrency, discordtest.GlobalLimitFor(gw.SessionStartLimit.MaxConcurrency))
+	// Output:
+	// shards 16, max_concurrency 16, global limit 500/s
 }

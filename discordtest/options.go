@@ -43,6 +43,7 @@ type config struct {
 	buckets        []Bucket
 	routes         []Route
 	globalLimit    int
+	maxConcurrency int
 	timeScale      float64
 	network        Network
 	seed           uint64
@@ -68,6 +69,7 @@ func defaultConfig() config {
 	return config{
 		addr:           "127.0.0.1:0",
 		globalLimit:    50,
+		maxConcurrency: 1,
 		timeScale:      1,
 		sublimit:       2,
 		sublimitWindow: 10 * time.Minute,
@@ -114,6 +116,23 @@ func WithRoutes(routes ...Route) Option {
 // count. Zero or less disables it. The default is 50.
 func WithGlobalLimit(perSecond int) Option {
 	return optionFunc(func(c *config) { c.globalLimit = perSecond })
+}
+
+// WithMaxConcurrency makes the emulator a bot whose gateway allows n
+// sessions to start at once: GET /gateway/bot reports n as
+// session_start_limit.max_concurrency, and the global limit becomes the one
+// that goes with it by the rule nirn-proxy follows, 50 requests per second
+// for n = 1 and max(500, 25 × n) for a larger n (16 gives 500, 32 gives 800).
+// Like [WithGlobalLimit], which sets the same limit, it applies to every
+// credential; whichever of the two comes later among the options sets the
+// global limit, so WithMaxConcurrency(16) followed by WithGlobalLimit(50)
+// emulates a bot whose /gateway/bot promises more than Discord grants. Values
+// below 1 count as 1. The default is 1, with the default global limit of 50.
+func WithMaxConcurrency(n int) Option {
+	return optionFunc(func(c *config) {
+		c.maxConcurrency = max(1, n)
+		c.globalLimit = GlobalLimitFor(c.maxConcurrency)
+	})
 }
 
 // WithTimeScale multiplies every configured window and duration (bucket

@@ -125,7 +125,12 @@ type channel struct {
 // successBody returns the JSON body of a 200.
 func (s *Server) successBody(q *request, res result) any {
 	segs := q.segs
-	if res.hash == "" {
+	switch {
+	case isGatewayBot(q):
+		return newGatewayBot(res.gateway)
+	case isGateway(q):
+		return gateway{URL: gatewayURL}
+	case res.hash == "":
 		return struct{}{}
 	}
 	me := user{ID: botUserID, Username: "ratecord-emulator", Discriminator: "0", Bot: true}

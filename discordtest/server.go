@@ -35,13 +35,14 @@ const shutdownTimeout = 5 * time.Second
 // listener it starts is then simply unused. All methods are safe for
 // concurrent use, also while requests are being served.
 type Server struct {
-	// mu guards the tables (buckets, routes, globalLimit, tokens, deleted
-	// resources), the counters, delivered, bans, the snowflake sequence,
-	// lastSweep and stats.
+	// mu guards the tables (buckets, routes, globalLimit, maxConcurrency,
+	// tokens, deleted resources), the counters, delivered, bans, the
+	// snowflake sequence, lastSweep and stats.
 	mu              sync.Mutex
 	buckets         map[string]Bucket
 	routes          []route
 	globalLimit     int
+	maxConcurrency  int             // reported by GET /gateway/bot
 	tokens          map[string]bool // valid tokens without their Bot/Bearer prefix
 	invalidTokens   map[string]bool // tokens that always get 401
 	deletedChannels map[string]bool
@@ -155,6 +156,7 @@ func newServer(opts []Option) (*Server, error) {
 		buckets:         bm,
 		routes:          rs,
 		globalLimit:     cfg.globalLimit,
+		maxConcurrency:  cfg.maxConcurrency,
 		tokens:          tokenSet(cfg.tokens),
 		invalidTokens:   tokenSet(cfg.invalidTokens),
 		deletedChannels: idSet(cfg.deletedChan),
@@ -349,7 +351,8 @@ func (s *Server) MoveRoute(template, hash string) error {
 }
 
 // SetGlobalLimit changes the global limit, in requests per second per
-// credential; zero or less disables it.
+// credential; zero or less disables it. The max_concurrency GET /gateway/bot
+// reports stays as it was; [Server.SetMaxConcurrency] changes both.
 func (s *Server) SetGlobalLimit(perSecond int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,6 +6,7 @@ replace github.com/ratecord/ratecord => ../
 
 require (
 	github.com/bwmarrin/discordgo v0.29.0
+	github.com/diamondburned/arikawa/v3 v3.6.0
 	github.com/disgoorg/disgo v0.19.6
 	github.com/disgoorg/snowflake/v2 v2.0.3
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -28,6 +29,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/gorilla/schema v1.4.1 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/sasha-s/go-csync v0.0.0-20240107134140-fcbab37b09ad // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

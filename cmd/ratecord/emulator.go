@@ -25,7 +25,10 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:8089", "loopback `address` to listen on (port 0 picks a free port)")
-	global := fs.Int("global", 50, "global limit in requests per second per credential (0 disables it)")
+	global := fs.Int("global", 50, "global limit in requests per second per credential (0 disables it); "+
+		"without this flag, the limit that goes with -max-concurrency")
+	maxConcurrency := fs.Int("max-concurrency", 1, "session_start_limit.max_concurrency reported by GET /gateway/bot; "+
+		"sets the global limit to match (1: 50/s, more: max(500, 25 × `n`)/s) unless -global is given")
 	scale := fs.Float64("time-scale", 1, "`factor` applied to every window and duration (0.1 runs ten times faster)")
 	latency := fs.Duration("latency", 0, "fixed latency added to every response")
 	jitter := fs.Duration("jitter", 0, "random latency of up to this much added to every response")
@@ -45,14 +48,22 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *scale <= 0 {
 		return &usageError{msg: fmt.Sprintf("-time-scale %v must be positive", *scale)}
 	}
+	if *maxConcurrency < 1 {
+		return &usageError{msg: fmt.Sprintf("-max-concurrency %d must be at least 1", *maxConcurrency)}
+	}
+	globalSet := false
+	fs.Visit(func(f *flag.Flag) { globalSet = globalSet || f.Name == "global" })
 
 	opts := []discordtest.Option{
 		discordtest.WithAddr(*addr),
-		discordtest.WithGlobalLimit(*global),
+		discordtest.WithMaxConcurrency(*maxConcurrency),
 		discordtest.WithTimeScale(*scale),
 		discordtest.WithLatency(*latency, *jitter),
 		discordtest.WithInvalidRequestLimit(*invalidLimit, *invalidWindow),
 		discordtest.WithBanDuration(*ban),
+	}
+	if globalSet {
+		opts = append(opts, discordtest.WithGlobalLimit(*global)) // after WithMaxConcurrency: it wins
 	}
 	if list := splitList(*tokens); len(list) > 0 {
 		opts = append(opts, discordtest.WithTokens(list...))
@@ -64,6 +75,11 @@ func runEmulator(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer srv.Close()
 
 	fmt.Fprintf(stdout, "Discord rate-limit emulator listening on %s\n", srv.URL())
+	limit := discordtest.GlobalLimitFor(*maxConcurrency)
+	if globalSet {
+		limit = *global
+	}
+	fmt.Fprintf(stdout, "Global limit %d requests/s per credential; GET /gateway/bot reports max_concurrency %d.\n", limit, *maxConcurrency)
 	fmt.Fprintf(stdout, "Point a bot at it by using %s/api/v10 as the API base URL instead of https://discord.com/api/v10.\n", srv.URL())
 	fmt.Fprintln(stdout, "Stop it with Ctrl-C.")
 
