@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/discordtest"
 	"github.com/ratecord/ratecord/store/memstore"
 )
 
@@ -180,6 +181,36 @@ func ExampleWithRequestMaxWait() {
 	// Output:
 	// 200 OK
 	// true 5s
+}
+
+// A large bot need not know its global limit: with detection on, its first
+// request makes the transport ask Discord for the bot's gateway, whose
+// max_concurrency gives the limit. Here the emulator plays a bot with a
+// max_concurrency of 16, whose limit is 500 requests a second.
+func ExampleWithGlobalLimitDetection() {
+	discord := discordtest.NewServer(discordtest.WithMaxConcurrency(16))
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil, ratecord.WithGlobalLimitDetection(true))
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	const botID = "123456789012345678"
+	req, _ := http.NewRequest("GET", discord.URL()+"/api/v10/users/@me", nil)
+	req.Header.Set("Authorization", "Bot "+base64.RawStdEncoding.EncodeToString([]byte(botID))+".GhIjKl.not-a-real-token")
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp.Body.Close()
+	for range 500 { // the detection runs beside the request
+		if transport.DetectedGlobalLimit(botID) != 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println(transport.DetectedGlobalLimit(botID))
+	// Output: 500
 }
 
 // Events tell when Discord answered 429, when ratecord retries, gives up, or

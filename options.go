@@ -28,6 +28,7 @@ type config struct {
 	policy      store.Policy // of the memory store NewTransport creates
 	policyOpts  []string     // the options that set policy, for the error when WithStore is given too
 	botLimits   map[string]int
+	detect      bool
 	maxWait     time.Duration
 	retries     int
 	backoff     func() backoff.BackOff

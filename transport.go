@@ -28,6 +28,9 @@ type Transport struct {
 	log       *slog.Logger
 	tel       *telemetry
 
+	det       *detector // nil unless WithGlobalLimitDetection
+	ctx       context.Context
+	cancel    context.CancelFunc // cancels ctx, in Close
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: releases every waiter
 }
@@ -64,6 +67,10 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 			"with WithStore, give the store its policy when building it (memstore.WithPolicy, redisstore.WithPolicy)")
 	}
 	t.tel = newTelemetry(&cfg, t.store)
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if cfg.detect {
+		t.det = &detector{bots: make(map[string]detection)}
+	}
 	return t
 }
 
@@ -77,6 +84,10 @@ func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
 		close(t.done)
+		t.cancel()
+		if t.det != nil {
+			t.det.close()
+		}
 		t.tel.close()
 		if t.ownsStore {
 			err = t.store.Close()
@@ -228,8 +239,13 @@ func (t *Transport) claim(key routeKey, req *http.Request) store.Claim {
 		MaxWait:    t.cfg.maxWait,
 		Done:       t.done,
 	}
-	if len(t.cfg.botLimits) > 0 && key.credential != store.Unauthenticated {
-		c.GlobalLimit = t.cfg.botLimits[botID(req.Header.Get("Authorization"))]
+	if (len(t.cfg.botLimits) > 0 || t.det != nil) && key.credential != store.Unauthenticated && !key.tokenAuth {
+		if id := botID(req.Header.Get("Authorization")); id != "" {
+			c.GlobalLimit = t.cfg.botLimits[id]
+			if c.GlobalLimit == 0 && t.det != nil {
+				c.GlobalLimit = t.detectedLimit(req, id)
+			}
+		}
 	}
 	return c
 }
