@@ -81,6 +81,10 @@ func (s *Store) count(cr *cred, c *store.Claim, u *store.Update, now int64) {
 		}
 		cr.dead[c.Major] = until
 	case model.CooldownCredential:
-		cr.m.Unauthorized = until
+		// A 401 without a credential says nothing of the next request
+		// without one (GET /gateway needs none).
+		if c.Credential != store.Unauthenticated {
+			cr.m.Unauthorized = until
+		}
 	}
 }

@@ -207,7 +207,10 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 		if err != nil {
 			scope := store.ScopeUser
-			if b == nil || (c.Global && b.q.empty() && b.available(now)) {
+			switch {
+			case now < cr.m.Blocked:
+				scope = store.ScopeBlocked
+			case b == nil || (c.Global && b.q.empty() && b.available(now)):
 				scope = store.ScopeGlobal
 			}
 			s.mu.Unlock()
@@ -259,6 +262,9 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	}
 	if w.b != nil && now < w.b.Pause {
 		scope = store.ScopeShared
+	}
+	if now < cr.m.Blocked {
+		scope = store.ScopeBlocked
 	}
 	werr := &store.WaitError{Bucket: hashOf(w.b), Scope: scope, Err: err}
 	if !s.closed {

@@ -410,7 +410,7 @@ func (s *Store) waitFor(q *lqueue, head *store.Claim, guess string, r claimReply
 	default:
 		q.bid = learnedID(guess, head.Major)
 	}
-	q.scope = [...]store.Scope{store.ScopeUser, store.ScopeUser, store.ScopeGlobal, store.ScopeShared}[r.scope]
+	q.scope = [...]store.Scope{store.ScopeUser, store.ScopeUser, store.ScopeGlobal, store.ScopeShared, store.ScopeBlocked}[r.scope]
 	if guess != noBucket {
 		q.hash = guess
 	}

@@ -98,7 +98,7 @@ func parseClaim(v any) (claimReply, error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return claimReply{}, err
 		}
-		if sleep < 0 || bound < 0 || scope < 1 || scope > 3 {
+		if sleep < 0 || bound < 0 || scope < 1 || scope > 4 {
 			return claimReply{}, fmt.Errorf("%w: claim: wait %v", errReply, a)
 		}
 		r.sleep, r.bound, r.scope = sleep, bound, int(scope)
@@ -172,7 +172,9 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	}
 	offset := s.pol.ResetOffset
 	cooldownMs := int64(-1)
-	if s.pol.Cooldown > 0 {
+	// A 401 without a credential says nothing of the next request without
+	// one; webhook and interaction tokens keep their own cooldowns.
+	if s.pol.Cooldown > 0 && (h.cred != store.Unauthenticated || h.tokenAuth) {
 		cooldownMs = millis(s.pol.Cooldown)
 	}
 	st.args = append(st.args, seq,

@@ -221,7 +221,7 @@ end
 -- Reply, always an array whose first element is the kind:
 --   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
 --      a delay > 0 reserves one slot: the request may go that much later
---   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
+--   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared, 4 blocked)[, holds a ticket]}
 --   {2, retry ms, reason (2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
 local function claim(K, A)
@@ -259,7 +259,9 @@ local function claim(K, A)
     local gp = math.max(gpause, blocked)
     if gp > now then
       local w = ceil(gp - now)
-      return {1, w, w, 2}
+      local scope = 2
+      if blocked > now then scope = 4 end
+      return {1, w, w, scope}
     end
     redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
     cnt = redis.call('ZCARD', K[3])
@@ -304,7 +306,7 @@ local function claim(K, A)
 
   if not available(b, now, blocked) and (now < b.pause or now < blocked) then
     local scope = 3
-    if blocked > b.pause then scope = 1 end
+    if blocked > b.pause then scope = 4 end
     local w = ceil(math.max(b.pause, blocked) - now)
     return {1, w, w, scope}
   end

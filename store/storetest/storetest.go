@@ -917,6 +917,15 @@ func testBlocked429(h *harness) {
 	t0 := time.Now()
 	h.update(p, tooMany(bucketed, store.ScopeBlocked, retry))
 
+	// A request that will not wait is told why.
+	for _, c := range []store.Claim{bucketed, {Credential: cred, Route: routeMe, Global: true, NoWait: true}} {
+		c.NoWait = true
+		_, err := h.s.Acquire(h.t.Context(), c)
+		if we := h.waitError(err, store.ErrWaitTooLong, describe(c)+" during a block"); we.Scope != store.ScopeBlocked {
+			h.t.Errorf("%s during a block: WaitError.Scope = %q; want %q", describe(c), we.Scope, store.ScopeBlocked)
+		}
+	}
+
 	bucketedGlobal := bucketed
 	bucketedGlobal.Global = true
 	bareGlobal := bare
@@ -1109,6 +1118,12 @@ func testUnauthorized(h *harness) {
 		cancel()
 	}
 	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
+
+	// A 401 without a credential locks nothing: the next request without
+	// one may need none.
+	anon := claim(store.Unauthenticated, routeMe, "")
+	h.update(h.acquireNow(anon), response(anon, 401))
+	h.acquireNow(claim(store.Unauthenticated, "GET /gateway", ""))
 
 	// Cooldown negative disables.
 	off := h.with(store.Policy{Cooldown: -1})
