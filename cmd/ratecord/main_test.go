@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,6 +16,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The proxies the tests start share this process: with GOGC set they
+	// leave the garbage collector's settings alone (the value is Go's
+	// default, which the runtime has already applied).
+	// TestGCTunerRestores covers the tuner.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		os.Setenv("GOGC", "100")
+	}
 	goleak.VerifyTestMain(m)
 }
 

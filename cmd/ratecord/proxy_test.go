@@ -207,6 +207,47 @@ func TestProxyForwardsRequestsIntact(t *testing.T) {
 	}
 }
 
+// TestProxyLeavesEncodingToClient checks that the proxy asks the upstream
+// for no encoding of its own and passes the client's through, with the
+// answer as the upstream encoded it.
+func TestProxyLeavesEncodingToClient(t *testing.T) {
+	t.Parallel()
+	up := newEcho(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept-Encoding") == "gzip" {
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		io.WriteString(w, "body")
+	})
+	p := startProxy(t, "-upstream", up.URL)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(client.CloseIdleConnections)
+	for _, enc := range []string{"", "gzip"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, p.url+"/api/v10/users/@me", nil)
+		req.Header.Set("Authorization", "Bot "+botToken)
+		if enc != "" {
+			req.Header.Set("Accept-Encoding", enc)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get("Content-Encoding"); got != enc {
+			t.Errorf("Accept-Encoding %q: response Content-Encoding = %q; want %q", enc, got, enc)
+		}
+	}
+	seen := up.requests()
+	if len(seen) != 2 {
+		t.Fatalf("upstream saw %d requests; want 2", len(seen))
+	}
+	for i, want := range []string{"", "gzip"} {
+		if got := seen[i].Header.Get("Accept-Encoding"); got != want {
+			t.Errorf("request %d: upstream Accept-Encoding = %q; want %q", i, got, want)
+		}
+	}
+}
+
 func TestProxyForwardsEmulatorResponses(t *testing.T) {
 	t.Parallel()
 	emu := discordtest.NewServer()

@@ -52,10 +52,6 @@ type proxyConfig struct {
 	logLevel  slog.Level
 }
 
-// proxyGCPercent is the proxy's garbage-collection target unless GOGC is
-// set in the environment.
-const proxyGCPercent = 25
-
 // logFlushInterval is how long a log line may wait in the buffer.
 const logFlushInterval = 100 * time.Millisecond
 
@@ -68,8 +64,10 @@ rate limits. Point a bot's API base URL at http://<addr>/api/v10 instead of
 https://discord.com/api/v10. Each request's own Authorization header is its
 credential: one proxy serves many bots.
 
-Memory: unless GOGC is set, the proxy runs the garbage collector at GOGC=25
-(resident size stays near 25 MB under load, for a little CPU).
+Memory: unless GOGC or GOMEMLIMIT is set, the proxy runs the garbage
+collector by a soft memory limit of 15 MiB, raised with the live heap to a
+quarter over it (resident size stays near 25 MB under load). With either
+set, Go's own rules apply.
 
 Endpoints:
   /api/...   forwarded to -upstream with path, query, method, body and

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"os"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,10 +33,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		// A proxy holds little live memory; collecting more often keeps
-		// its resident size small at a small cost in CPU.
-		debug.SetGCPercent(proxyGCPercent)
+	_, gogc := os.LookupEnv("GOGC")
+	_, gomemlimit := os.LookupEnv("GOMEMLIMIT")
+	if !gogc && !gomemlimit {
+		// A proxy holds little live memory: a memory limit keeps its
+		// resident size small with far fewer collections than a low
+		// GOGC.
+		tuner := startGCTuner(proxyMemoryFloor, proxyGCPercent)
+		defer tuner.stop()
 	}
 	logs := newLogBuffer(stderr, logFlushInterval)
 	defer logs.Close()
@@ -121,12 +124,16 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 
 // newUpstreamTransport returns the transport ratecord sends through: keeps
 // enough idle connections for a busy proxy, with a timeout on every phase.
+// It leaves the encoding to the client: a client's Accept-Encoding goes
+// upstream as sent and the answer comes back as encoded, and the proxy
+// neither asks for gzip itself nor decompresses.
 func newUpstreamTransport(cfg *proxyConfig) *http.Transport {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   512,
 		IdleConnTimeout:       90 * time.Second,
