@@ -739,3 +739,29 @@ func TestProxyRedactError(t *testing.T) {
 		t.Errorf("redactError = %q; want %q", got, want)
 	}
 }
+
+func TestProxyDetectsGlobalLimit(t *testing.T) {
+	t.Parallel()
+	emu := discordtest.NewServer(discordtest.WithMaxConcurrency(16))
+	t.Cleanup(emu.Close)
+	p := startProxy(t, "-upstream", emu.URL(), "-detect-global-limit")
+	if resp, body := p.do(t, http.MethodGet, "/api/v10/users/@me", "Bot "+botToken, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /users/@me = %d %s; want 200", resp.StatusCode, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		asked := 0
+		for _, e := range emu.Stats().Log {
+			if strings.HasSuffix(e.Route, "/gateway/bot") {
+				asked++
+			}
+		}
+		if asked == 1 {
+			break
+		}
+		if asked > 1 || time.Now().After(deadline) {
+			t.Fatalf("the emulator saw %d GET /gateway/bot; want one", asked)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

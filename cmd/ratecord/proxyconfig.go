@@ -30,6 +30,7 @@ type proxyConfig struct {
 	auth         *clientAuth // who may use the proxy
 	hashKey      string
 	globalLimit  int
+	detectLimit  bool
 	maxWait      time.Duration
 	retries      int
 	maxBody      int64
@@ -148,6 +149,7 @@ func parseProxyFlags(args []string, stderr io.Writer, lookup func(string) (strin
 	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 512, "requests forwarded or waiting for a rate-limit slot at once; more get 503 with Retry-After")
 	fs.StringVar(&cfg.hashKey, "hash-key", "", "secret `key` of the hash that replaces tokens in rate-limit keys; replicas sharing Redis must use the same. Empty: a fixed key")
 	fs.IntVar(&cfg.globalLimit, "global-limit", ratecord.DefaultGlobalLimit, "requests per second each credential may send (Discord's global limit)")
+	fs.BoolVar(&cfg.detectLimit, "detect-global-limit", false, "find each bot's global limit from GET /gateway/bot (max_concurrency); -global-limit stays the default until it is found")
 	fs.DurationVar(&cfg.maxWait, "max-wait", 30*time.Second, "longest a request may wait for a slot; a longer wait is answered 429 at once")
 	fs.IntVar(&cfg.retries, "retries", ratecord.DefaultRetries, "times a 429, a 5xx or a network error is sent again (5xx and network errors: idempotent requests only)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 25<<20, "largest request body in `bytes` (Discord's upload limit); larger ones get 413")

@@ -110,6 +110,9 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 	} else {
 		opts = append(opts, ratecord.WithGlobalLimit(cfg.globalLimit, time.Second))
 	}
+	if cfg.detectLimit {
+		opts = append(opts, ratecord.WithGlobalLimitDetection(true))
+	}
 	p.transport = ratecord.NewTransport(p.upstream, opts...)
 
 	p.rp = &httputil.ReverseProxy{
