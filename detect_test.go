@@ -93,3 +93,47 @@ func TestGlobalLimitDetectionFailure(t *testing.T) {
 		t.Errorf("DetectedGlobalLimit after a 401 = %d; want 0", got)
 	}
 }
+
+// TestEstimateAgainstEmulator spends a channel's message bucket on the
+// emulator and checks that Estimate then says to wait about until its
+// reset, without taking a slot, while another channel may go at once.
+func TestEstimateAgainstEmulator(t *testing.T) {
+	t.Parallel()
+	srv := discordtest.NewServer()
+	t.Cleanup(srv.Close)
+	tr := ratecord.NewTransport(nil)
+	t.Cleanup(func() { tr.Close() })
+	c := &http.Client{Transport: tr}
+	newReq := func(channel int) *http.Request {
+		req, _ := http.NewRequest("POST", fmt.Sprintf("%s/api/v10/channels/%d/messages", srv.URL(), channel), nil)
+		req.Header.Set("Authorization", "Bot estimate-test-token")
+		return req
+	}
+	sent := 0
+	for {
+		d, err := tr.Estimate(newReq(1))
+		if err != nil {
+			t.Fatalf("Estimate: %v", err)
+		}
+		if d > 0 {
+			if d > 10*time.Second {
+				t.Errorf("Estimate on a spent bucket = %v; want at most its window", d)
+			}
+			break
+		}
+		if sent++; sent > 20 {
+			t.Fatal("20 messages sent and Estimate still says 0")
+		}
+		resp, err := c.Do(newReq(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if d, err := tr.Estimate(newReq(2)); err != nil || d != 0 {
+		t.Errorf("Estimate on another channel = %v, %v; want 0", d, err)
+	}
+	if st := srv.Stats(); st.ByStatus[429] != 0 {
+		t.Errorf("%d 429s; want none", st.ByStatus[429])
+	}
+}

@@ -213,6 +213,48 @@ func ExampleWithGlobalLimitDetection() {
 	// Output: 500
 }
 
+// A job system asks when a request could go and schedules the job then,
+// instead of parking a worker on it: readyAt = now + Estimate. Here the
+// first job spends the channel's bucket, whose reset is 2 s away, so the
+// second is deferred by about that long.
+func ExampleTransport_Estimate() {
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "1")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "2")
+		fmt.Fprint(w, `{}`)
+	}))
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil)
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	for job := 1; job <= 2; job++ {
+		req, _ := http.NewRequest("POST", discord.URL+"/api/v10/channels/1/messages", nil)
+		req.Header.Set("Authorization", "Bot token")
+		wait, err := transport.Estimate(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if wait > 0 {
+			fmt.Printf("job %d deferred by about %v\n", job, wait.Round(time.Second))
+			continue // a real queue would schedule it at time.Now().Add(wait)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Printf("job %d sent: %s\n", job, resp.Status)
+	}
+	// Output:
+	// job 1 sent: 200 OK
+	// job 2 deferred by about 2s
+}
+
 // Events tell when Discord answered 429, when ratecord retries, gives up, or
 // refuses a request to protect the bot from a ban.
 func ExampleWithEventHandler() {

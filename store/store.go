@@ -50,6 +50,18 @@ type Store interface {
 	Close() error
 }
 
+// Estimator is implemented by stores that can tell, without waiting and
+// without taking a slot, how long a claim would wait if made now: for job
+// systems that schedule a request at its ready time instead of parking a
+// worker. The answer is an estimate, a lower bound from what the store
+// knows (pauses, the global window, the bucket's reset or drip, the claims
+// queued ahead); a wait that only a response can end (a probe of the route
+// in flight) counts as zero. A claim the store would refuse gets the
+// *[WaitError] Acquire would return.
+type Estimator interface {
+	Estimate(ctx context.Context, c Claim) (time.Duration, error)
+}
+
 // Policy is what a store applies to every request. The zero value of each
 // field selects the documented default; see [Policy.Normalize].
 type Policy struct {

@@ -164,6 +164,34 @@ const (
 // Policy returns the policy the store applies, defaults filled in.
 func (s *Store) Policy() store.Policy { return s.pol }
 
+// Estimate implements [store.Estimator]. It takes no slot; it may remember
+// the claim's route, as Acquire would.
+func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration, error) {
+	c := &claim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, &store.WaitError{Err: store.ErrClosed}
+	}
+	now := s.now()
+	cr := s.cred(c.Credential, now)
+	if err := s.refuse(cr, c, now); err != nil {
+		return 0, err
+	}
+	b := s.resolve(cr, c.Route, c.Major, now)
+	wait := s.estimate(cr, b, c, now)
+	if c.Global {
+		// The claims queued for the global window ahead of this one.
+		limit := int64(s.pol.Limit(c))
+		if n := int64(cr.globalQ.len()); n >= limit {
+			wait = max(wait, n/limit*millis(s.pol.GlobalWindow))
+		}
+	}
+	return ms(wait), nil
+}
+
+var _ store.Estimator = (*Store)(nil)
+
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	c := &claim

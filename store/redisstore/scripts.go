@@ -20,11 +20,14 @@ var (
 	stepSource string
 	//go:embed invalid.lua
 	invalidSource string
+	//go:embed estimate.lua
+	estimateSource string
 
 	// The scripts share the model and the helpers of common.lua: Redis
 	// runs each script on its own, so they are joined before loading.
-	stepScript    = redis.NewScript(modelSource + commonSource + stepSource)
-	invalidScript = redis.NewScript(modelSource + commonSource + invalidSource)
+	stepScript     = redis.NewScript(modelSource + commonSource + stepSource)
+	invalidScript  = redis.NewScript(modelSource + commonSource + invalidSource)
+	estimateScript = redis.NewScript(modelSource + commonSource + estimateSource)
 )
 
 // errReply reports a script reply of an unexpected shape.

@@ -76,6 +76,7 @@ func cases() []testCase {
 		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
 		{name: "SettleOnce", run: testSettleOnce},
 		{name: "NoWait", run: testNoWait},
+		{name: "Estimate", policy: store.Policy{GlobalWindow: far}, run: testEstimate},
 		{name: "InvalidBudget", policy: store.Policy{InvalidBudget: 3, Cooldown: -1}, run: testInvalidBudget},
 		{name: "Unauthorized", policy: store.Policy{Cooldown: time.Hour}, run: testUnauthorized},
 		{name: "WebhookGone", policy: store.Policy{Cooldown: time.Hour}, run: testWebhookGone},
@@ -1052,6 +1053,49 @@ func testNoWait(h *harness) {
 	g := h.globalClaim(h.cred("b"), 1)
 	h.acquireNow(nowait(g))
 	refused(g, true, "spent global window")
+}
+
+// testEstimate: a store that estimates waits (store.Estimator) says how
+// long a claim would wait without taking a slot: nothing on a bucket with
+// room, about the reset on a spent bucket or global window, and the
+// refusal Acquire would return.
+func testEstimate(h *harness) {
+	est, ok := h.s.(store.Estimator)
+	if !ok {
+		h.t.Skip("the store does not implement store.Estimator")
+	}
+	estimate := func(c store.Claim, what string) time.Duration {
+		h.t.Helper()
+		d, err := est.Estimate(h.t.Context(), c)
+		if err != nil {
+			h.t.Fatalf("%s: Estimate = %v; want a duration", what, err)
+		}
+		return d
+	}
+	about := func(d, want time.Duration, what string) {
+		h.t.Helper()
+		if d < want-time.Second || d > want+time.Second {
+			h.t.Errorf("%s: Estimate = %v; want about %v", what, d, want)
+		}
+	}
+
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, far)
+	if d := estimate(c, "bucket with a slot left"); d != 0 {
+		h.t.Errorf("bucket with a slot left: Estimate = %v; want 0", d)
+	}
+	h.update(h.acquireNow(c), limits(c, "h", 2, 0, far)) // the estimate took nothing
+	about(estimate(c, "spent bucket"), far, "spent bucket")
+
+	g := h.globalClaim(h.cred("b"), 1)
+	h.acquireNow(g)
+	about(estimate(g, "spent global window"), far, "spent global window")
+
+	u := claim(h.cred("c"), routeCreate, major1)
+	h.update(h.acquireNow(u), response(u, 401))
+	if _, err := est.Estimate(h.t.Context(), u); !errors.Is(err, store.ErrUnauthorized) {
+		h.t.Errorf("Estimate after a 401 = %v; want ErrUnauthorized", err)
+	}
 }
 
 // testInvalidBudget: 401, 403 and non-shared 429 responses count against
