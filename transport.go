@@ -58,7 +58,7 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 		t.store = memstore.New()
 		t.ownsStore = true
 	}
-	t.tel = newTelemetry(&cfg, t.store)
+	t.tel = newTelemetry(&cfg, t.store, &t.keyer.tmpl)
 	return t
 }
 
@@ -139,6 +139,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			resp.Body.Close()
 			return nil, err
 		}
+		tel.responded(lim.bucket)
 		if resp.StatusCode == http.StatusTooManyRequests && lim.scope == store.ScopeBlocked {
 			// No retry_after: back off, and make every request of the
 			// credential wait as long, so none retries in a tight loop.
