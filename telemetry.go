@@ -26,20 +26,20 @@ const instrumentationName = "github.com/ratecord/ratecord"
 const (
 	// attrRoute is the route key: method and template with ":id"
 	// placeholders, as in [RateLimitError.Route] and log records.
-	attrRoute = attribute.Key("discord.ratelimit.route")
+	attrRoute attribute.Key = "discord.ratelimit.route"
 	// attrBucket is Discord's bucket hash.
-	attrBucket = attribute.Key("discord.ratelimit.bucket")
+	attrBucket attribute.Key = "discord.ratelimit.bucket"
 	// attrScope is a 429's scope, or the limit that refused a request.
-	attrScope = attribute.Key("discord.ratelimit.scope")
+	attrScope attribute.Key = "discord.ratelimit.scope"
 	// attrRetryAfter is how long a 429 or a refusal asked to wait, in
 	// seconds.
-	attrRetryAfter = attribute.Key("discord.ratelimit.retry_after")
+	attrRetryAfter attribute.Key = "discord.ratelimit.retry_after"
 	// attrWaited is how long a request waited for a slot, in seconds.
-	attrWaited = attribute.Key("discord.ratelimit.waited")
+	attrWaited attribute.Key = "discord.ratelimit.waited"
 	// attrStore names the store: its package, e.g. "memstore".
-	attrStore = attribute.Key("discord.ratelimit.store")
+	attrStore attribute.Key = "discord.ratelimit.store"
 	// attrStoreOp is the store operation that failed: "acquire" or "update".
-	attrStoreOp = attribute.Key("discord.ratelimit.store.operation")
+	attrStoreOp attribute.Key = "discord.ratelimit.store.operation"
 )
 
 // Names of span events and child spans.
@@ -159,21 +159,22 @@ func newTelemetry(cfg *config, s store.Store, routes *templates) *telemetry {
 	}
 	m := mp.Meter(instrumentationName, metric.WithSchemaURL(semconv.SchemaURL))
 	var noop metricnoop.Meter
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		return instrument[metric.Int64Counter, metric.Int64CounterOption](m.Int64Counter, noop.Int64Counter,
+			name, metric.WithUnit(unit), metric.WithDescription(desc))
+	}
+	t.limited = counter(metricLimited, "{response}", "429 responses from Discord, by scope.")
+	t.retries = counter(metricRetries, "{retry}", "Requests sent again after a 429, a 5xx or a network error.")
+	t.storeErrs = counter(metricStoreErrs, "{error}", "Store operations that failed.")
+	t.refused = counter(metricRefused, "{request}", "Requests refused by the invalid-request guard or a 401/404 cooldown.")
 	t.wait = instrument[metric.Float64Histogram, metric.Float64HistogramOption](m.Float64Histogram, noop.Float64Histogram,
 		metricWait, metric.WithUnit("s"), metric.WithDescription("Time requests waited for a slot."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	t.limited = instrument[metric.Int64Counter, metric.Int64CounterOption](m.Int64Counter, noop.Int64Counter,
-		metricLimited, metric.WithUnit("{response}"), metric.WithDescription("429 responses from Discord, by scope."))
-	t.retries = instrument[metric.Int64Counter, metric.Int64CounterOption](m.Int64Counter, noop.Int64Counter,
-		metricRetries, metric.WithUnit("{retry}"), metric.WithDescription("Requests sent again after a 429, a 5xx or a network error."))
 	t.queued = instrument[metric.Int64UpDownCounter, metric.Int64UpDownCounterOption](m.Int64UpDownCounter, noop.Int64UpDownCounter,
 		metricQueued, metric.WithUnit("{request}"), metric.WithDescription("Requests waiting for a slot."))
-	t.storeErrs = instrument[metric.Int64Counter, metric.Int64CounterOption](m.Int64Counter, noop.Int64Counter,
-		metricStoreErrs, metric.WithUnit("{error}"), metric.WithDescription("Store operations that failed."))
-	t.refused = instrument[metric.Int64Counter, metric.Int64CounterOption](m.Int64Counter, noop.Int64Counter,
-		metricRefused, metric.WithUnit("{request}"), metric.WithDescription("Requests refused by the invalid-request guard or a 401/404 cooldown."))
-	t.fallbacks = instrument[metric.Int64ObservableCounter, metric.Int64ObservableCounterOption](m.Int64ObservableCounter, noop.Int64ObservableCounter,
-		metricFallbacks, metric.WithUnit("{fallback}"), metric.WithDescription("Times a store switched to its local limiter because its backend failed."))
+	t.fallbacks = instrument[metric.Int64ObservableCounter, metric.Int64ObservableCounterOption](m.Int64ObservableCounter,
+		noop.Int64ObservableCounter, metricFallbacks, metric.WithUnit("{fallback}"),
+		metric.WithDescription("Times a store switched to its local limiter because its backend failed."))
 	if fc, ok := s.(FallbackCounter); ok {
 		opt := metric.WithAttributeSet(attribute.NewSet(t.store))
 		var err error
@@ -288,21 +289,21 @@ func newRouteTelemetry(r *route) routeTelemetry {
 // errorType names an error for error.type without quoting it: the
 // ratecord reason it wraps, or its Go type.
 func errorType(err error) string {
-	switch {
-	case errors.Is(err, ErrWaitTooLong):
-		return "wait_too_long"
-	case errors.Is(err, ErrInvalidBudget):
-		return "invalid_budget"
-	case errors.Is(err, ErrUnauthorized):
-		return "unauthorized"
-	case errors.Is(err, ErrWebhookGone):
-		return "webhook_gone"
-	case errors.Is(err, ErrClosed):
-		return "closed"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline_exceeded"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
+	for _, r := range [...]struct {
+		err  error
+		name string
+	}{
+		{ErrWaitTooLong, "wait_too_long"},
+		{ErrInvalidBudget, "invalid_budget"},
+		{ErrUnauthorized, "unauthorized"},
+		{ErrWebhookGone, "webhook_gone"},
+		{ErrClosed, "closed"},
+		{context.DeadlineExceeded, "deadline_exceeded"},
+		{context.Canceled, "canceled"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
 	}
 	var rl *RateLimitError
 	if errors.As(err, &rl) && rl.Err != nil {
