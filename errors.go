@@ -13,11 +13,11 @@ type Scope = store.Scope
 
 // Scopes of 429 responses, and of ratecord's own refusals.
 const (
-	ScopeUser    = store.ScopeUser
-	ScopeGlobal  = store.ScopeGlobal
-	ScopeShared  = store.ScopeShared
-	ScopeBlocked = store.ScopeBlocked
-	ScopeGuard   = store.ScopeGuard
+	ScopeUser    Scope = store.ScopeUser
+	ScopeGlobal  Scope = store.ScopeGlobal
+	ScopeShared  Scope = store.ScopeShared
+	ScopeBlocked Scope = store.ScopeBlocked
+	ScopeGuard   Scope = store.ScopeGuard
 )
 
 // Reasons a [RateLimitError] wraps, besides context errors. They are the

@@ -202,81 +202,68 @@ func isInteractionToken(tok string) bool {
 }
 
 // parseRoute keys a request by method and path alone. It is a pure
-// function but for tmpl, which only interns the template string (nil
-// allocates it). For webhooks the major parameter it returns still holds the raw
-// token, which the keyer replaces by its hash.
+// function but for tmpl, which only interns the route's descriptor (nil
+// makes a new one). For webhooks the major parameter it returns still holds
+// the raw token, which the keyer replaces by its hash.
 func parseRoute(method, path string, now func() time.Time, tmpl *templates) routeKey {
 	rk := routeKey{global: true}
-	path, rk.legacy = stripAPI(path)
+	w := newSegments(path)
+	rk.legacy = w.legacy
 
 	var arr [128]byte
 	buf := append(arr[:0], method...)
 	buf = append(buf, ' ')
 
 	var (
-		first      string // the first segment: channels, guilds, webhooks, ...
-		firstStart int    // where it starts in path
-		prev       string // the previous segment
-		n          int    // index of the segment
+		firstStart int    // where the first segment starts in path
 		msgID      string // for the old-message check
+		n          int    // segments read
 	)
-	for i := 0; i < len(path); {
-		if path[i] == '/' {
-			i++
-			continue
+	for {
+		seg, ok := w.next()
+		if !ok {
+			break
 		}
-		// One pass finds the segment's end and what it is made of.
-		end, class := i, byte(classDigit|classLiteral)
-		for ; end < len(path); end++ {
-			k := byteClass[path[end]]
-			if k&classSlash != 0 {
-				break
-			}
-			class &= k
+		if seg.n == 0 {
+			firstStart = seg.start
 		}
-		digits, literal := class&classDigit != 0, class&classLiteral != 0
-		seg := path[i:end]
-		digits = digits && len(seg) <= 20
-		buf = append(buf, '/')
-		if n == 0 {
-			first, firstStart = seg, i
-		}
-		switch {
-		case n == 1 && digits && isMajorRoot(first):
-			buf = append(buf, ":id"...)
-			rk.major = path[firstStart:end]
-		case n == 2 && rk.major != "" && (first == "webhooks" || first == "interactions"):
-			buf = append(buf, ":token"...)
-			rk.tokenAuth = true
-			if first == "webhooks" {
-				rk.major = path[firstStart:end]
-				if isInteractionToken(seg) {
+		n = seg.n + 1
+		switch seg.kind {
+		case segInReaction:
+			continue // part of the reaction
+		case segMajor:
+			buf = append(buf, "/:id"...)
+			rk.major = path[firstStart:seg.end]
+		case segLong:
+			buf = append(buf, "/:token"...)
+		case segToken:
+			buf = append(buf, "/:token"...)
+			if w.major {
+				rk.tokenAuth = true
+				if w.first == "webhooks" {
+					rk.major = path[firstStart:seg.end]
+					if isInteractionToken(seg.text) {
+						rk.global = false
+					}
+				} else {
+					// An interaction id names exactly one token, so the id
+					// alone is the major parameter and no hash is needed.
 					rk.global = false
 				}
-			} else {
-				// An interaction id names exactly one token, so the id
-				// alone is the major parameter and no hash is needed.
-				rk.global = false
 			}
-		case prev == "reactions":
-			buf = append(buf, ":reaction"...)
-			end = len(path) // everything after reactions/ collapses
-		case digits:
-			buf = append(buf, ":id"...)
-			if n == 3 && prev == "messages" && first == "channels" {
-				msgID = seg
+		case segReaction:
+			buf = append(buf, "/:reaction"...)
+		case segID:
+			buf = append(buf, "/:id"...)
+			if seg.n == 3 && seg.prev == "messages" && w.first == "channels" {
+				msgID = seg.text
 			}
-		case prev == "invites" || prev == "templates" && first == "guilds":
-			buf = append(buf, ":code"...)
-		case len(seg) >= 40:
-			// Nothing this long is a route word: keep secrets out.
-			buf = append(buf, ":token"...)
+		case segCode:
+			buf = append(buf, "/:code"...)
 		default:
-			buf = appendLiteral(buf, seg, literal)
+			buf = append(buf, '/')
+			buf = appendLiteral(buf, seg.text, seg.literal)
 		}
-		prev = seg
-		n++
-		i = end
 	}
 	if n == 0 {
 		buf = append(buf, '/')
@@ -288,42 +275,11 @@ func parseRoute(method, path string, now func() time.Time, tmpl *templates) rout
 		}
 	}
 	if tmpl != nil {
-		rk.route = tmpl.get(buf)
+		rk.route = tmpl.get(buf).key
 	} else {
 		rk.route = string(buf)
 	}
 	return rk
-}
-
-// stripAPI removes "/api" and "/api/vN" and reports whether the version is
-// older than 8 (or absent after /api), where 429 durations are milliseconds.
-func stripAPI(path string) (string, bool) {
-	const api = "/api"
-	if len(path) < len(api) || path[:len(api)] != api || len(path) > len(api) && path[len(api)] != '/' {
-		return path, false
-	}
-	rest := path[len(api):]
-	if len(rest) > 2 && rest[0] == '/' && rest[1] == 'v' {
-		end := 2
-		for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-			end++
-		}
-		if end > 2 && (end == len(rest) || rest[end] == '/') {
-			v := 0
-			for _, c := range rest[2:end] {
-				v = v*10 + int(c-'0')
-				if v >= 8 {
-					break // 8 and above: seconds
-				}
-			}
-			return rest[end:], v < 8
-		}
-	}
-	return rest, true
-}
-
-func isMajorRoot(s string) bool {
-	return s == "channels" || s == "guilds" || s == "webhooks" || s == "interactions"
 }
 
 // appendLiteral appends a route word, replacing bytes that are not safe in
@@ -342,20 +298,6 @@ func appendLiteral(buf []byte, seg string, literal bool) []byte {
 	return buf
 }
 
-func literalByte(c byte) bool { return byteClass[c]&classLiteral != 0 }
-
-// Byte classes for keying: digits, bytes kept as they are in route words
-// (letters, digits, '-', '_', '@', '.'), and the path separator.
-const (
-	classDigit   = 1
-	classLiteral = 2
-	classSlash   = 4
-)
-
-// byteClass maps every byte to its classes; a constant string, so it cannot
-// change.
-const byteClass = "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x02\x04\x03\x03\x03\x03\x03\x03\x03\x03\x03\x03\x00\x00\x00\x00\x00\x00\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x00\x00\x00\x00\x02\x00\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
-
 // olderThan14Days reports whether the snowflake id was created more than 14
 // days before now. Ids that do not parse are taken as recent.
 func olderThan14Days(id string, now time.Time) bool {
@@ -365,46 +307,4 @@ func olderThan14Days(id string, now time.Time) bool {
 	}
 	created := int64(v>>22) + discordEpoch
 	return now.UnixMilli()-created > (14 * 24 * time.Hour).Milliseconds()
-}
-
-// templates interns route templates, so keying a request on a known route
-// allocates nothing. Readers load an immutable map; a new template copies
-// it. Templates are few (ids, tokens and codes are templated away), and the
-// table stops growing at maxTemplates.
-type templates struct {
-	m  atomic.Pointer[map[string]string]
-	mu sync.Mutex // serializes writers
-}
-
-const maxTemplates = 4096
-
-func (t *templates) get(b []byte) string {
-	if m := t.m.Load(); m != nil {
-		if s, ok := (*m)[string(b)]; ok {
-			return s
-		}
-	}
-	s := string(b)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := t.m.Load()
-	if old != nil && len(*old) >= maxTemplates {
-		return s
-	}
-	m := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	m[s] = s
-	t.m.Store(&m)
-	return s
-}
-
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
-	}
-	return len(*m)
 }

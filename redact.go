@@ -133,3 +133,129 @@ func urlStart(msg string, i int) bool {
 func wordEnd(c byte) bool {
 	return c <= ' ' || c == '"' || c == '\'' || c == '`' || c == '<' || c == '>' || c == 0x7f
 }
+
+// redacted replaces secrets in URLs, logs and telemetry.
+const redacted = "REDACTED"
+
+// RedactURL returns u as a string fit for logs and telemetry. A nil u
+// gives "". It is safe for concurrent use.
+//
+//   - In the path, the segments that may hold a secret are replaced by
+//     "REDACTED": the webhook or interaction token of
+//     webhooks/{id}/{token} and interactions/{id}/{token} (see
+//     [PathToken]; the path may have a prefix before them), and any
+//     segment of 40 bytes or more.
+//   - In the query, a parameter keeps its name and a value that is an
+//     integer or "true" or "false" (what Discord's parameters such as
+//     wait, thread_id, limit and before take); any other value is replaced
+//     by "REDACTED", and so is a parameter whose name is not a plain word
+//     or is 40 bytes or more. A query string may carry anything a caller
+//     put there, tokens and OAuth2 codes included.
+//   - User information and the fragment are dropped.
+//
+// Use it to clean url.full in the spans of an instrumented base transport
+// such as otelhttp, which records the URL as it is.
+func RedactURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	path := u.EscapedPath()
+	var b strings.Builder
+	b.Grow(len(u.Scheme) + 3 + len(u.Host) + len(path) + 1 + len(u.RawQuery))
+	if u.Scheme != "" {
+		b.WriteString(u.Scheme)
+		b.WriteByte(':')
+	}
+	if u.Host != "" || u.Scheme != "" {
+		b.WriteString("//")
+		b.WriteString(u.Host)
+	}
+	// A webhooks or interactions segment after the first starts the
+	// grammar again, so that the path of a URL under a prefix (a proxy's,
+	// say) keeps its tokens too.
+	last := 0             // path[:last] is written
+	var before [2]segment // the two segments before seg
+	for w := newSegments(path); ; {
+		seg, ok := w.next()
+		if !ok {
+			break
+		}
+		if seg.secret() || seg.n > tokenIndex && isTokenRoot(before[0].text) && tokenAt(path[before[0].start-1:]) {
+			b.WriteString(path[last:seg.start])
+			b.WriteString(redacted)
+			last = seg.end
+		}
+		before[0], before[1] = before[1], seg
+	}
+	b.WriteString(path[last:])
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteByte('?')
+		redactQuery(&b, u.RawQuery)
+	}
+	return b.String()
+}
+
+// tokenAt reports whether path holds a webhook or interaction token.
+func tokenAt(path string) bool {
+	_, _, ok := PathToken(path)
+	return ok
+}
+
+// redactQuery writes a raw query string with the values that could hold a
+// secret replaced, as [RedactURL] says.
+func redactQuery(b *strings.Builder, query string) {
+	for i := 0; query != ""; i++ {
+		var param string
+		param, query, _ = strings.Cut(query, "&")
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		name, value, hasValue := strings.Cut(param, "=")
+		if !plainWord(name) {
+			b.WriteString(redacted)
+			continue
+		}
+		b.WriteString(name)
+		if !hasValue {
+			continue
+		}
+		b.WriteByte('=')
+		if plainValue(value) {
+			b.WriteString(value)
+		} else {
+			b.WriteString(redacted)
+		}
+	}
+}
+
+// plainWord reports whether a query parameter's name is a word of the
+// bytes route words are made of, too short to be a secret.
+func plainWord(s string) bool {
+	if len(s) >= minSecretLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !literalByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// plainValue reports whether a query value is one that cannot be a secret:
+// empty, an integer (ids, limits) or a boolean.
+func plainValue(s string) bool {
+	switch s {
+	case "", "true", "false":
+		return true
+	}
+	if len(s) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if byteClass[s[i]]&classDigit == 0 {
+			return false
+		}
+	}
+	return true
+}

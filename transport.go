@@ -66,7 +66,7 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 		panic("ratecord: " + strings.Join(cfg.policyOpts, ", ") + " configure the memory store NewTransport creates; " +
 			"with WithStore, give the store its policy when building it (memstore.WithPolicy, redisstore.WithPolicy)")
 	}
-	t.tel = newTelemetry(&cfg, t.store)
+	t.tel = newTelemetry(&cfg, t.store, &t.keyer.tmpl)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if cfg.detect {
 		t.det = &detector{bots: make(map[string]detection)}
@@ -151,6 +151,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		var lim limits
 		if err == nil {
 			lim, err = t.readLimits(resp, key) // an error: the body broke off
+			if err == nil {
+				tel.responded(lim.bucket)
+			}
 		}
 		d := t.decide(req, attempt, retries, resp, err, &lim, &bo)
 		t.report(ctx, permit, t.update(true, resp, &lim))

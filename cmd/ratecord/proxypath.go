@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ratecord/ratecord"
 )
 
 // targetError says why a request target was refused. Its text is safe to
@@ -146,45 +148,19 @@ func confusable(r rune) bool {
 // something under /api/: "/api/" and an optional version segment ("v10")
 // followed by at least one more segment.
 func isAPIPath(path string) bool {
-	rest, ok := strings.CutPrefix(path, "/api/")
-	if !ok {
+	if !strings.HasPrefix(path, "/api/") {
 		return false
 	}
-	if ver, after, ok := strings.Cut(rest, "/"); ok && isVersion(ver) {
-		rest = after
-	} else if isVersion(rest) {
-		return false
-	}
-	return rest != "" && rest[0] != '/'
-}
-
-// isVersion reports whether seg is an API version segment such as "v10".
-func isVersion(seg string) bool {
-	return len(seg) > 1 && (seg[0] == 'v' || seg[0] == 'V') && isNumber(seg[1:])
+	route := ratecord.TrimAPIPrefix(path)
+	return len(route) > 1 && route[1] != '/'
 }
 
 // tokenInPath reports whether an API path authenticates with a token in
 // the path: webhooks/{id}/{token}... and interactions/{id}/{token}/....
-// Such requests must not carry the bot's token. Letters are compared
-// without case, so that a server that ignores case cannot see a webhook
-// route where this proxy saw none.
+// Such requests must not carry the bot's token. ratecord's route grammar
+// decides, matching the route words without case, so that a server that
+// ignores case cannot see a webhook route where this proxy saw none.
 func tokenInPath(path string) bool {
-	path = strings.TrimPrefix(path, "/api")
-	segs := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 4)
-	if len(segs) > 0 && isVersion(segs[0]) {
-		segs = segs[1:]
-	}
-	if len(segs) < 3 || segs[2] == "" {
-		return false
-	}
-	return strings.EqualFold(segs[0], "webhooks") || strings.EqualFold(segs[0], "interactions")
-}
-
-func isNumber(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
+	_, _, ok := ratecord.PathToken(path)
+	return ok
 }
