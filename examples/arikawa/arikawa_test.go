@@ -25,8 +25,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -40,6 +38,7 @@ import (
 
 	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/discordtest"
+	"github.com/ratecord/ratecord/examples/internal/testproc"
 	"github.com/ratecord/ratecord/examples/internal/testredis"
 	"github.com/ratecord/ratecord/store/redisstore"
 )
@@ -285,25 +284,8 @@ func TestTwoProcessesShareRedis(t *testing.T) {
 	prefix := fmt.Sprintf("ratecord-examples-arikawa:%d", time.Now().UnixNano())
 
 	const processes = 2
-	errs := make(chan error, processes)
-	for p := range processes {
-		go func() {
-			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(),
-				envHelper+"=1", envEmulator+"="+srv.URL(), envRedis+"="+addr,
-				envPrefix+"="+prefix, envProcess+"="+strconv.Itoa(p))
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				err = fmt.Errorf("process %d: %v\n%s", p, err, out)
-			}
-			errs <- err
-		}()
-	}
-	for range processes {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
+	testproc.Run(t, processes, "TestHelperProcess", envProcess,
+		envHelper+"=1", envEmulator+"="+srv.URL(), envRedis+"="+addr, envPrefix+"="+prefix)
 	checkStats(t, srv, twoProcessLoad.channels, processes*twoProcessLoad.workers*twoProcessLoad.perWorker)
 }
 
