@@ -100,3 +100,21 @@ func TestRequestRetries(t *testing.T) {
 		t.Errorf("%d calls with no retry asked by the context; want 1", n)
 	}
 }
+
+func TestReason(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&ratecord.RateLimitError{Route: "GET /users/@me", Err: ratecord.ErrWaitTooLong}, "wait_too_long"},
+		{&ratecord.RateLimitError{Route: "GET /users/@me", Err: context.DeadlineExceeded}, "deadline_exceeded"},
+		{ratecord.ErrInvalidBudget, "invalid_budget"},
+		{errors.New("connection reset"), ""},
+		{nil, ""},
+	} {
+		if got := ratecord.Reason(tc.err); got != tc.want {
+			t.Errorf("Reason(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+}

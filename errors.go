@@ -1,6 +1,8 @@
 package ratecord
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +37,31 @@ var (
 	// recently.
 	ErrWebhookGone = store.ErrWebhookGone
 )
+
+// Reason returns a short, stable name for why ratecord gave up on a
+// request, for metrics labels, logs and API answers: "wait_too_long",
+// "invalid_budget", "unauthorized", "webhook_gone", "closed",
+// "deadline_exceeded" or "canceled", after the first of those reasons err
+// wraps; "" when it wraps none. It never contains a token.
+func Reason(err error) string {
+	for _, r := range [...]struct {
+		err  error
+		name string
+	}{
+		{ErrWaitTooLong, "wait_too_long"},
+		{ErrInvalidBudget, "invalid_budget"},
+		{ErrUnauthorized, "unauthorized"},
+		{ErrWebhookGone, "webhook_gone"},
+		{ErrClosed, "closed"},
+		{context.DeadlineExceeded, "deadline_exceeded"},
+		{context.Canceled, "canceled"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return ""
+}
 
 // RateLimitError is returned by [Transport.RoundTrip] when ratecord gave up
 // on a request because of a rate limit: the wait would pass the context's

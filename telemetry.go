@@ -289,21 +289,8 @@ func newRouteTelemetry(r *route) routeTelemetry {
 // errorType names an error for error.type without quoting it: the
 // ratecord reason it wraps, or its Go type.
 func errorType(err error) string {
-	for _, r := range [...]struct {
-		err  error
-		name string
-	}{
-		{ErrWaitTooLong, "wait_too_long"},
-		{ErrInvalidBudget, "invalid_budget"},
-		{ErrUnauthorized, "unauthorized"},
-		{ErrWebhookGone, "webhook_gone"},
-		{ErrClosed, "closed"},
-		{context.DeadlineExceeded, "deadline_exceeded"},
-		{context.Canceled, "canceled"},
-	} {
-		if errors.Is(err, r.err) {
-			return r.name
-		}
+	if r := Reason(err); r != "" {
+		return r
 	}
 	var rl *RateLimitError
 	if errors.As(err, &rl) && rl.Err != nil {

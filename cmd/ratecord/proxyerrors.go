@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,20 +91,15 @@ const statusClientClosed = 499
 
 // giveUpStatus maps why ratecord gave up to a status and a reason code.
 func giveUpStatus(rl *ratecord.RateLimitError, r *http.Request) (int, string) {
-	switch {
-	case errors.Is(rl, ratecord.ErrWaitTooLong):
-		return http.StatusTooManyRequests, "wait_too_long"
-	case errors.Is(rl, ratecord.ErrInvalidBudget):
-		return http.StatusTooManyRequests, "invalid_budget"
-	case errors.Is(rl, ratecord.ErrUnauthorized):
-		return http.StatusTooManyRequests, "unauthorized"
-	case errors.Is(rl, ratecord.ErrWebhookGone):
-		return http.StatusTooManyRequests, "webhook_gone"
-	case errors.Is(rl, ratecord.ErrClosed):
-		return http.StatusServiceUnavailable, "closed"
-	case errors.Is(rl, context.DeadlineExceeded):
-		return http.StatusTooManyRequests, "deadline_exceeded"
-	case errors.Is(rl, context.Canceled) || r.Context().Err() != nil:
+	switch reason := ratecord.Reason(rl); reason {
+	case "wait_too_long", "invalid_budget", "unauthorized", "webhook_gone", "deadline_exceeded":
+		return http.StatusTooManyRequests, reason
+	case "closed":
+		return http.StatusServiceUnavailable, reason
+	case "canceled":
+		return statusClientClosed, reason
+	}
+	if r.Context().Err() != nil {
 		return statusClientClosed, "canceled"
 	}
 	return http.StatusServiceUnavailable, "store_unavailable"
