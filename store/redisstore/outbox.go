@@ -125,7 +125,7 @@ func (s *Store) enqueue(h *permit, u store.Update) error {
 	}
 	o.mu.Unlock()
 	poke(o.kick)
-	if u.Status == 429 || u.HasLimit && u.Remaining == 0 {
+	if u.Status == 429 || u.HasLimit && (u.Remaining == 0 || int64(u.Limit) < h.limit) {
 		// A pause, a bucket spent, a limit lowered: other processes must
 		// not wait for a claim of this one to learn it.
 		poke(o.urgent)

@@ -388,6 +388,7 @@ func (s *Store) permitOf(q *lqueue, head *store.Claim, guess string, r claimRepl
 	return grant{Bucket: hash, Handle: &permit{
 		cred: q.key.cred, route: q.key.route, major: q.key.major,
 		kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth,
+		limit: r.limit,
 	}}
 }
 

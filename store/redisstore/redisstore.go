@@ -387,6 +387,7 @@ type permit struct {
 	hash               string // the learned hash, for kindLearned
 	member             string // the permit's id in the global set: the claim's prefix and a number
 	global, tokenAuth  bool
+	limit              int64              // the granting bucket's limit when granted, 0 when unknown
 	local              *store.Reservation // the local limiter's grant too, during a grace period
 }
 

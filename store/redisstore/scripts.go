@@ -50,6 +50,8 @@ type claimReply struct {
 	delay        int64
 	// ticket reports whether the queue holds a ticket in the bucket's line.
 	ticket bool
+	// limit is the granting bucket's known limit, 0 when unknown.
+	limit int64
 	// replyWait: sleep and lower bound in milliseconds, scope code.
 	sleep, bound int64
 	scope        int
@@ -93,6 +95,13 @@ func parseClaim(v any) (claimReply, error) {
 				return claimReply{}, fmt.Errorf("%w: claim: grant %v", errReply, a)
 			}
 			r.delay = d
+		}
+		if len(a) > 5 {
+			l, err := replyInt(a, 5)
+			if err != nil || l < 0 {
+				return claimReply{}, fmt.Errorf("%w: claim: grant %v", errReply, a)
+			}
+			r.limit = l
 		}
 	case replyWait:
 		sleep, err1 := replyInt(a, 1)

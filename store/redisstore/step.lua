@@ -447,7 +447,9 @@ local function claim(K, A)
     end
   end
 
-  return {0, k, kind, ticket, delay}
+  local known = 0
+  if b.known then known = b.limit end
+  return {0, k, kind, ticket, delay, known}
 end
 
 local nu, withClaim = tonumber(ARGV[1]), ARGV[2] == '1'
