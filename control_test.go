@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,5 +117,42 @@ func TestReason(t *testing.T) {
 		if got := ratecord.Reason(tc.err); got != tc.want {
 			t.Errorf("Reason(%v) = %q; want %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestUnansweredRequestKeepsItsWindow: a request cancelled after it was
+// sent may have opened a window at Discord that no response dated, so the
+// bucket stays closed a whole window after it, not only until the reset
+// an earlier response named.
+func TestUnansweredRequestKeepsItsWindow(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
+		if calls.Add(1) == 2 {
+			<-r.Context().Done() // never answered
+			return nil, r.Context().Err()
+		}
+		resp := httpmock.NewStringResponse(200, "{}")
+		resp.Header.Set("X-RateLimit-Bucket", "m")
+		resp.Header.Set("X-RateLimit-Limit", "2")
+		resp.Header.Set("X-RateLimit-Remaining", "1")
+		resp.Header.Set("X-RateLimit-Reset-After", "1")
+		return resp, nil
+	})
+	c, _ := newClient(t, mock)
+	okResp(t)(doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	cancel()
+	if err == nil {
+		t.Fatal("the unanswered request returned no error")
+	}
+	// Past the reset the first response named (1 s after it), well within
+	// a window of the unanswered request (1.5 s after the first).
+	time.Sleep(700 * time.Millisecond)
+	_, err = doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	if !errors.Is(err, ratecord.ErrWaitTooLong) {
+		t.Errorf("request after the named reset, within a window of the unanswered one: %v; want it held (ErrWaitTooLong)", err)
 	}
 }

@@ -47,6 +47,12 @@ func (b *bucket) settle() {
 	b.Settle()
 }
 
+// unanswered settles a request sent at or before now that got no response.
+func (b *bucket) unanswered(now int64) {
+	b.unprobe()
+	b.Unanswered(now)
+}
+
 // giveBack returns a slot taken by a request that was never sent.
 func (b *bucket) giveBack(now int64) {
 	b.unprobe()

@@ -542,7 +542,11 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		return nil
 	}
 	if granted != nil {
-		granted.settle()
+		if u.Status == 0 {
+			granted.unanswered(now)
+		} else {
+			granted.settle()
+		}
 	}
 	// The request has reached Discord by now: its global slot's window
 	// starts no later than this.

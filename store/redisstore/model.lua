@@ -124,6 +124,12 @@ local function settle(b)
   if b.pending > 0 then b.pending = b.pending - 1 end
 end
 
+local function unanswered(b, t)
+  settle(b)
+  if not b.known or b.unlimited or b.sliding then return end
+  b.resetAt = math.max(b.resetAt, t + b.offset + b.window)
+end
+
 local function giveBack(b)
   settle(b)
   if b.known and b.remaining < b.limit then b.remaining = b.remaining + 1 end

@@ -36,6 +36,7 @@ local function flag(x) if x then return 1 end return 0 end
 if op == 'available' then res = flag(available(st, a(1), a(2)))
 elseif op == 'take' then take(st, a(1))
 elseif op == 'settle' then settle(st)
+elseif op == 'unanswered' then unanswered(st, a(1))
 elseif op == 'giveBack' then giveBack(st)
 elseif op == 'observe' then observe(st, a(1), hdr(3), a(2))
 elseif op == 'limited' then
@@ -70,6 +71,7 @@ func opAvailable(now, blocked int64) op { return op{"available", []int64{now, bl
 func opTake(now int64) op               { return op{"take", []int64{now}} }
 func opSettle() op                      { return op{"settle", nil} }
 func opGiveBack() op                    { return op{"giveBack", nil} }
+func opUnanswered(now int64) op         { return op{"unanswered", []int64{now}} }
 func opWakeAt(now, blocked int64) op    { return op{"wakeAt", []int64{now, blocked}} }
 func opBound(now, blocked, ahead int64) op {
 	return op{"bound", []int64{now, blocked, ahead}}
@@ -108,6 +110,8 @@ func (o op) apply(b *model.Bucket) float64 {
 		b.Settle()
 	case "giveBack":
 		b.GiveBack()
+	case "unanswered":
+		b.Unanswered(a[0])
 	case "observe":
 		b.Observe(a[0], hdr(2), a[1])
 	case "limited":
@@ -371,6 +375,15 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "a request that got no answer keeps its window closed a whole window after",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opUnanswered(t0 + 1500)},
+			checks: []check{
+				{3, opAvailable(t0+1100, 0), 0},
+				{3, opAvailable(t0+1500+1000+100, 0), 1},
+			},
+		},
+		{
 			name:  "queued claims wait whole windows behind the ones ahead",
 			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 1000, Window: 1000, Span: 900},
 			checks: []check{
@@ -445,8 +458,10 @@ func TestModelDifferential(t *testing.T) {
 			case r < 45:
 				o = opTake(now)
 				used = min(used+1, limit)
-			case r < 55:
+			case r < 52:
 				o = opSettle()
+			case r < 55:
+				o = opUnanswered(now)
 			case r < 60:
 				o = opGiveBack()
 			case r < 80:

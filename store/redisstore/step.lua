@@ -122,7 +122,7 @@ local function update(K, A)
   end
   if gb then
     unprobe()
-    settle(gb)
+    if status == 0 then unanswered(gb, now) else settle(gb) end
   end
 
   -- What the response teaches about the route.

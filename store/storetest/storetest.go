@@ -73,6 +73,7 @@ func cases() []testCase {
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
+		{name: "UnansweredKeepsWindow", run: testUnansweredKeepsWindow},
 		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
 		{name: "SettleOnce", run: testSettleOnce},
 		{name: "NoWait", run: testNoWait},
@@ -947,6 +948,21 @@ func testBlocked429(h *harness) {
 		h.notBefore(r, t0, retry, what)
 	}
 	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
+}
+
+// testUnansweredKeepsWindow: a request sent but never answered may have
+// opened a window at Discord that no response dated: its bucket stays
+// closed a whole window after the report, past the reset an earlier
+// response named.
+func testUnansweredKeepsWindow(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 2, 1, time.Second)
+	t0 := time.Now()
+	p := h.acquireNow(c)
+	time.Sleep(500 * time.Millisecond)
+	h.update(p, store.Update{Sent: true}) // no response
+	time.Sleep(time.Until(t0.Add(1200 * time.Millisecond)))
+	h.mustWait(c, watch) // the named reset (1 s) has passed; the unanswered request's window (1.5 s) has not
 }
 
 // testUnsentGivesBackSlot: an Update with Sent false gives the slot back.

@@ -176,6 +176,19 @@ func (b *Bucket) Settle() {
 	}
 }
 
+// Unanswered settles a request that was sent at or before now but got no
+// response: it failed in flight, or its caller gave up. Discord may have
+// counted it in a window that began when it arrived, which may be the
+// first of a window no response dated: a known fixed window does not
+// reopen before now, plus the offset and its longest length.
+func (b *Bucket) Unanswered(now int64) {
+	b.Settle()
+	if !b.Known || b.Unlimited || b.Sliding {
+		return
+	}
+	b.ResetAt = max(b.ResetAt, now+b.Offset+b.Window)
+}
+
 // GiveBack returns the slot of a granted request that was never sent.
 func (b *Bucket) GiveBack() {
 	b.Settle()
