@@ -46,6 +46,10 @@ func (l *invalidLog) count(now int64) (int, int64) {
 	return l.sum, model.InvalidFree(l.oldest)
 }
 
+// maxDead bounds the webhook and interaction tokens on cooldown kept per
+// credential.
+const maxDead = 4096
+
 // refuse applies the invalid-request guard and the 401/404 cooldowns.
 func (s *Store) refuse(cr *cred, c *store.Claim, now int64) error {
 	if budget := s.pol.InvalidBudget; budget > 0 {
@@ -78,6 +82,16 @@ func (s *Store) count(cr *cred, c *store.Claim, u *store.Update, now int64) {
 	case model.CooldownMajor:
 		if cr.dead == nil {
 			cr.dead = make(map[string]int64)
+		}
+		if _, ok := cr.dead[c.Major]; !ok && len(cr.dead) >= maxDead {
+			// Bounded whatever callers send: forget expired cooldowns,
+			// else any one. A forgotten webhook is asked again, and a
+			// 404 is not an invalid request.
+			for m, u := range cr.dead {
+				if u <= now || len(cr.dead) >= maxDead {
+					delete(cr.dead, m)
+				}
+			}
 		}
 		cr.dead[c.Major] = until
 	case model.CooldownCredential:

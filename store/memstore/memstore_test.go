@@ -466,3 +466,23 @@ func TestFixedBucketDoesNotDrip(t *testing.T) {
 	clk.Advance(150 * time.Millisecond)
 	granted(t, next, "request after the fixed window's reset")
 }
+
+// TestDeadWebhooksBounded checks that webhooks on cooldown stay bounded per
+// credential however many distinct ones answer 404.
+func TestDeadWebhooksBounded(t *testing.T) {
+	t.Parallel()
+	s, _ := newFake(t)
+	for i := range maxDead + 500 {
+		c := store.Claim{Credential: "bot", Route: "POST /webhooks/:id/:token", Major: fmt.Sprintf("webhooks/%d/h", i), TokenAuth: true}
+		update(t, s, acquire(t, s, c), sent(c, 404))
+	}
+	s.mu.Lock()
+	n := len(s.creds["bot"].dead)
+	s.mu.Unlock()
+	if n > maxDead {
+		t.Errorf("%d webhooks on cooldown kept; want at most %d", n, maxDead)
+	}
+	if n < maxDead/2 {
+		t.Errorf("%d webhooks on cooldown kept; want the most recent ones, about %d", n, maxDead)
+	}
+}
