@@ -3,6 +3,8 @@ package ratecord
 import (
 	"context"
 	"time"
+
+	"github.com/ratecord/ratecord/store"
 )
 
 // control is what a request's context asks of the transport, beyond its
@@ -12,7 +14,19 @@ type control struct {
 	hasMaxWait bool
 	retries    int
 	hasRetries bool
+	priority   Priority
 }
+
+// Priority is a request's lane; see [WithRequestPriority].
+type Priority = store.Priority
+
+// The lanes of [WithRequestPriority].
+const (
+	// PriorityNormal is the default lane, for bulk work too.
+	PriorityNormal = store.PriorityNormal
+	// PriorityUrgent goes ahead of the normal lane.
+	PriorityUrgent = store.PriorityUrgent
+)
 
 type controlKey struct{}
 
@@ -33,6 +47,21 @@ func controlOf(ctx context.Context) control {
 func WithRequestMaxWait(ctx context.Context, d time.Duration) context.Context {
 	c := controlOf(ctx)
 	c.maxWait, c.hasMaxWait = max(d, 0), true
+	return context.WithValue(ctx, controlKey{}, c)
+}
+
+// WithRequestPriority returns a copy of ctx under which a request waits in
+// lane p. On one token, a slash-command reply or a moderation action marked
+// [PriorityUrgent] goes ahead of bulk work (a role sync) waiting for the
+// same bucket or for the credential's global window; while bulk requests
+// wait, at most four urgent ones go in a row, so bulk work keeps one slot
+// in five and is never starved; within a lane requests keep their arrival
+// order. Both stores honour it;
+// across processes sharing a Redis store, lanes order each process's
+// requests.
+func WithRequestPriority(ctx context.Context, p Priority) context.Context {
+	c := controlOf(ctx)
+	c.priority = p
 	return context.WithValue(ctx, controlKey{}, c)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,5 +156,54 @@ func TestUnansweredRequestKeepsItsWindow(t *testing.T) {
 	_, err = doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "POST", api+"/channels/1/messages", "Bot a", nil)
 	if !errors.Is(err, ratecord.ErrWaitTooLong) {
 		t.Errorf("request after the named reset, within a window of the unanswered one: %v; want it held (ErrWaitTooLong)", err)
+	}
+}
+
+func TestRequestPriority(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		order = append(order, r.Header.Get("X-Job"))
+		mu.Unlock()
+		resp := httpmock.NewStringResponse(200, "{}")
+		resp.Header.Set("X-RateLimit-Bucket", "m")
+		resp.Header.Set("X-RateLimit-Limit", "1")
+		resp.Header.Set("X-RateLimit-Remaining", "0")
+		resp.Header.Set("X-RateLimit-Reset-After", "0.1")
+		return resp, nil
+	})
+	c, _ := newClient(t, mock)
+	send := func(ctx context.Context, job string) error {
+		req, _ := http.NewRequestWithContext(ctx, "POST", api+"/channels/1/messages", nil)
+		req.Header.Set("Authorization", "Bot a")
+		req.Header.Set("X-Job", job)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := send(context.Background(), "first"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, job := range []string{"bulk1", "bulk2", "reply"} {
+		ctx := context.Background()
+		if job == "reply" {
+			ctx = ratecord.WithRequestPriority(ctx, ratecord.PriorityUrgent)
+		}
+		wg.Go(func() {
+			if err := send(ctx, job); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(20 * time.Millisecond) // arrival order
+	}
+	wg.Wait()
+	if want := []string{"first", "reply", "bulk1", "bulk2"}; !slices.Equal(order, want) {
+		t.Errorf("Discord saw %v; want %v", order, want)
 	}
 }

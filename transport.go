@@ -127,6 +127,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if rc.hasRetries {
 			retries = rc.retries
 		}
+		claim.Priority = rc.priority
 	}
 	var bo backoff.BackOff
 

@@ -174,6 +174,14 @@ type Claim struct {
 	// *[WaitError]'s RetryAfter, the store's estimate of the wait (zero when
 	// only a response can end it).
 	NoWait bool
+	// Priority is the request's lane: [PriorityUrgent] requests wait ahead
+	// of normal ones for their bucket and the global window, but while
+	// normal ones wait at most four urgent grants come in a row, so bulk
+	// work keeps one slot in five and is never starved. Within a lane,
+	// arrival order holds. Across processes sharing
+	// a store, lanes order each process's requests; the processes share a
+	// bucket in the order their queues arrived.
+	Priority Priority
 	// Done, when closed, releases the waiter with [ErrClosed]. It may be nil.
 	Done <-chan struct{}
 }
@@ -279,6 +287,18 @@ type Update struct {
 	// RetryAfter is how long a 429 asks to wait.
 	RetryAfter time.Duration
 }
+
+// Priority is a request's lane.
+type Priority int
+
+// The lanes.
+const (
+	// PriorityNormal is the default lane, for bulk work too.
+	PriorityNormal Priority = 0
+	// PriorityUrgent goes ahead of the normal lane: replies to slash
+	// commands, moderation actions.
+	PriorityUrgent Priority = 1
+)
 
 // Scope says which limit a 429 response or a refusal refers to.
 type Scope string

@@ -138,6 +138,14 @@ func (e *Env) Goroutines(ctx context.Context, n int, f func(ctx context.Context,
 // Overshoot records how long after its deadline a request returned.
 func (e *Env) Overshoot(d time.Duration) { e.rec.add(d) }
 
+// Interactive records how long an interactive request took, from its send
+// to its response.
+func (e *Env) Interactive(d time.Duration) {
+	e.rec.mu.Lock()
+	e.rec.waits = append(e.rec.waits, d)
+	e.rec.mu.Unlock()
+}
+
 // Scenario is one workload with the emulator configuration it runs against.
 type Scenario struct {
 	Name string
@@ -201,7 +209,12 @@ type Result struct {
 	OverP99      float64 `json:"deadline_overshoot_p99_ms,omitempty"`
 	OverMax      float64 `json:"deadline_overshoot_max_ms,omitempty"`
 	OverN        int     `json:"deadline_requests,omitempty"`
-	Errors       int     `json:"client_errors"`
+	// WaitP50 and WaitP99 are the percentiles of how long interactive
+	// requests took (scenarios with interactive traffic; WaitN samples).
+	WaitP50 float64 `json:"interactive_wait_p50_ms,omitempty"`
+	WaitP99 float64 `json:"interactive_wait_p99_ms,omitempty"`
+	WaitN   int     `json:"interactive_requests,omitempty"`
+	Errors  int     `json:"client_errors"`
 	// StoreCommands counts the commands every process sent to a shared
 	// store (Redis), and StorePerRequest divides them by Requests; both
 	// are zero for limiters without one.
@@ -216,7 +229,7 @@ type Result struct {
 	// DeadlineMS is the deadline of the scenario's requests, if any.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
 
-	late, over []time.Duration // the samples behind the percentiles
+	late, over, waits []time.Duration // the samples behind the percentiles
 }
 
 // Options of a run.
@@ -383,6 +396,8 @@ func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 type WorkerReport struct {
 	// Overshoots are how long after their deadlines requests returned.
 	Overshoots []time.Duration `json:"overshoots"`
+	// Waits are how long interactive requests took.
+	Waits []time.Duration `json:"waits,omitempty"`
 	// StoreCommands counts the commands sent to a shared store; Counted
 	// reports whether the limiter has one.
 	StoreCommands int64 `json:"store_commands"`
@@ -399,7 +414,8 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 	rec := &recorder{}
 	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
 	rec.mu.Lock()
-	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors}
+	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), Waits: append([]time.Duration(nil), rec.waits...),
+		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors}
 	rec.mu.Unlock()
 	return json.NewEncoder(w).Encode(rep)
 }
@@ -449,6 +465,12 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 		r.OverN = len(r.over)
 		r.OverP50, r.OverP99, r.OverMax = percentileMS(r.over, 0.50), percentileMS(r.over, 0.99), percentileMS(r.over, 1)
 	}
+	rec.mu.Lock()
+	r.waits = append([]time.Duration(nil), rec.waits...)
+	rec.mu.Unlock()
+	if r.WaitN = len(r.waits); r.WaitN > 0 {
+		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
+	}
 	r.Errors = rec.errors
 	if rec.counted {
 		r.StoreCommands = rec.commands
@@ -462,6 +484,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 type recorder struct {
 	mu       sync.Mutex // guards every field below
 	over     []time.Duration
+	waits    []time.Duration
 	errors   int
 	commands int64
 	counted  bool
@@ -472,6 +495,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.over = append(r.over, rep.Overshoots...)
+	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
@@ -566,6 +590,8 @@ func (w *Row) aggregate() {
 		a.StoreCPU += r.StoreCPU
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
+		a.waits = append(a.waits, r.waits...)
+		a.WaitN += r.WaitN
 		a.LateN += r.LateN
 		a.OverN += r.OverN
 		w.MinUtilization = min(w.MinUtilization, r.Utilization)
@@ -585,6 +611,9 @@ func (w *Row) aggregate() {
 	a.LateP50, a.LateP99 = pooled(runs, a.late, func(r Result) float64 { return r.LateP50 }, 0.50), pooled(runs, a.late, func(r Result) float64 { return r.LateP99 }, 0.99)
 	a.OverP50, a.OverP99 = pooled(runs, a.over, func(r Result) float64 { return r.OverP50 }, 0.50), pooled(runs, a.over, func(r Result) float64 { return r.OverP99 }, 0.99)
 	a.OverMax = pooled(runs, a.over, func(r Result) float64 { return r.OverMax }, 1)
+	if a.WaitN > 0 {
+		a.WaitP50, a.WaitP99 = pooled(runs, a.waits, func(r Result) float64 { return r.WaitP50 }, 0.50), pooled(runs, a.waits, func(r Result) float64 { return r.WaitP99 }, 0.99)
+	}
 	if len(runs) == 1 {
 		a.Run = runs[0].Run
 	}
@@ -626,7 +655,7 @@ func PrintTable(w io.Writer, rows []Row) {
 	if repeated {
 		head += "min util\t"
 	}
-	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\t"
+	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
 		head += "redis cmd/req\tredis cpu µs/req\t"
 	}
@@ -648,8 +677,12 @@ func PrintTable(w io.Writer, rows []Row) {
 		if repeated {
 			avoidable = fmt.Sprintf("%d (%d/%d runs)", r.Avoidable, r.AvoidableRuns, r.Runs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t",
-			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl)
+		wait := "-"
+		if r.WaitN > 0 {
+			wait = fmt.Sprintf("%.0f/%.0f", r.WaitP50, r.WaitP99)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
+			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
 		if store {
 			per := "-"
 			if r.StoreCommands > 0 {

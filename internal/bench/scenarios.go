@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ratecord/ratecord"
 	"github.com/ratecord/ratecord/discordtest"
 )
 
@@ -261,6 +262,8 @@ func Scenarios(n discordtest.Network) []Scenario {
 				return globalPerSecond*windows(d, time.Second) + 4*5*windows(d, satWindow)
 			}),
 		},
+		interactive("interactive", true),
+		interactive("interactive-fifo", false),
 		{
 			Name:     "deadline",
 			Emulator: base(bucket("slow", 1, 2*time.Second, true, "POST /channels/{channel_id}/messages")...),
@@ -283,6 +286,36 @@ func Scenarios(n discordtest.Network) []Scenario {
 			Counted:  onBucket("slow"),
 			Deadline: deadline,
 		},
+	}
+}
+
+// interactive is a bulk backlog on one channel (30 goroutines sending
+// without pause to a bucket of 5 per second) with interactive traffic on
+// the same bucket: one reply every 300 ms, marked urgent when lanes is
+// true. It records how long each reply took, until the run's end for one
+// still waiting.
+func interactive(name string, lanes bool) Scenario {
+	const limit, window = 5, time.Second
+	return Scenario{
+		Name:     name,
+		Emulator: base(bucket("chat", limit, window, true, "POST /channels/{channel_id}/messages")...),
+		Load: func(ctx context.Context, env *Env) {
+			go env.Goroutines(ctx, 30, func(ctx context.Context, g int) {
+				send(ctx, env, "POST", "/channels/900/messages", Bot, `{"content":"bulk"}`)
+			})
+			env.Goroutines(ctx, 1, func(ctx context.Context, g int) {
+				rctx := ctx
+				if lanes {
+					rctx = ratecord.WithRequestPriority(ctx, ratecord.PriorityUrgent)
+				}
+				t0 := time.Now()
+				send(rctx, env, "POST", "/channels/900/messages", Bot, `{"content":"reply"}`)
+				env.Interactive(time.Since(t0))
+				sleep(ctx, 300*time.Millisecond)
+			})
+		},
+		Max:     span(func(d time.Duration) float64 { return limit * windows(d, window) }),
+		Counted: onBucket("chat"),
 	}
 }
 

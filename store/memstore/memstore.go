@@ -151,6 +151,7 @@ type waiter struct {
 	b      *bucket // the bucket the waiter queues on or was granted from
 	stage  int     // stageBucket, stageGlobal or stageGranted
 	token  uint64  // the global window's token, once granted
+	urgent bool    // in the urgent lane
 	ready  chan struct{}
 }
 
@@ -246,7 +247,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)

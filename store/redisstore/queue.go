@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/lane"
 )
 
 // qkey names a process-local queue.
@@ -17,13 +18,14 @@ type qkey struct {
 	cred, route, major string
 }
 
-// lqueue is the FIFO of this process's waiters on one (credential, route,
-// major). Its driver goroutine claims slots for the waiters at its front:
+// lqueue is the line of this process's waiters on one (credential, route,
+// major), in two lanes (urgent ahead, see [store.Claim].Priority). Its driver goroutine claims slots for the waiters at its front:
 // however many goroutines wait, one Redis call at a time is made for them.
 type lqueue struct {
 	key     qkey
 	id      string // the queue's ticket in Redis
 	waiters []*waiter
+	streak  int           // urgent grants in a row (see store/internal/lane)
 	wakeup  chan struct{} // capacity 1: a kick for the driver
 
 	// What the driver learned from its last claim, guarded by Store.mu.
@@ -64,6 +66,14 @@ type waiter struct {
 	permit   grant
 	err      error
 	local    *store.Reservation // granted by the local limiter first, during a grace period
+}
+
+func isUrgent(w *waiter) bool { return w.claim.Priority == store.PriorityUrgent }
+
+// add places w in its lane of q (see store/internal/lane); s.mu must be
+// held.
+func (q *lqueue) add(w *waiter) {
+	q.waiters = lane.Insert(q.waiters, lane.Place(q.waiters, 0, isUrgent(w), isUrgent, q.streak), w)
 }
 
 // kick wakes the driver of q if it sleeps.
@@ -366,6 +376,7 @@ func (s *Store) grant(q *lqueue, head *store.Claim, guess string, r claimReply, 
 		if len(q.waiters) > 0 && compatible(head, &q.waiters[0].claim) {
 			w := q.waiters[0]
 			q.waiters = q.waiters[1:]
+			q.streak = lane.Granted(q.streak, isUrgent(w))
 			w.permit = p
 			q.settle(w, granted)
 			continue

@@ -288,7 +288,7 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		w.deadline = dl
 	}
-	q.waiters = append(q.waiters, w)
+	q.add(w)
 	if q.idle {
 		q.idle = false
 		q.kick()

@@ -61,6 +61,7 @@ func cases() []testCase {
 		{name: "LimitRaised", run: testLimitRaised},
 		{name: "LimitLowered", run: testLimitLowered},
 		{name: "FIFO", serial: true, run: testFIFO},
+		{name: "Priority", serial: true, run: testPriority},
 		{name: "CancelWaiter", run: testCancelWaiter},
 		{name: "CancelGivesBackSlot", policy: store.Policy{GlobalWindow: far}, run: testCancelGivesBackSlot},
 		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
@@ -603,6 +604,69 @@ func testFIFO(h *harness) {
 	}
 	if elapsed := time.Since(t0); elapsed < reset+(n-1)*step-slack {
 		h.t.Errorf("%d waiters on a bucket of 1 were served within %v; want at least %v", n, elapsed, reset+(n-1)*step)
+	}
+}
+
+// testPriority: urgent waiters go ahead of normal ones, by arrival within
+// their lane, and at most four urgent grants come in a row while normal
+// ones wait.
+func testPriority(h *harness) {
+	const step = 60 * time.Millisecond
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 1, 0, 300*time.Millisecond)
+	urgent := c
+	urgent.Priority = store.PriorityUrgent
+
+	ctx, cancel := context.WithTimeout(h.t.Context(), eventually)
+	defer cancel()
+	type arrival struct {
+		name string
+		ch   <-chan result
+	}
+	var line []arrival
+	for _, a := range []struct {
+		name string
+		c    store.Claim
+	}{
+		{"n1", c}, {"n2", c}, {"u1", urgent}, {"u2", urgent}, {"u3", urgent}, {"u4", urgent}, {"u5", urgent},
+	} {
+		line = append(line, arrival{a.name, h.queue(ctx, a.c)})
+	}
+	// One slot per window: each grant answers with the next window.
+	var order []string
+	pending := line
+	for len(pending) > 0 {
+		var next []arrival
+		got := ""
+		for _, a := range pending {
+			select {
+			case r := <-a.ch:
+				if r.err != nil {
+					h.t.Fatalf("%s: Acquire = %v", a.name, r.err)
+				}
+				if got != "" {
+					h.t.Fatalf("%s and %s granted in one window of one slot", got, a.name)
+				}
+				got = a.name
+				h.update(r.p, limits(c, "h", 1, 0, step))
+			default:
+				next = append(next, a)
+			}
+		}
+		if got == "" {
+			time.Sleep(5 * time.Millisecond)
+			if ctx.Err() != nil {
+				h.t.Fatalf("grant order so far %v; the rest still wait", order)
+			}
+			continue
+		}
+		order = append(order, got)
+		pending = next
+	}
+	// Four urgent grants in a row at most while normal ones wait: n1 goes
+	// after u4, and u5 before n2.
+	if want := []string{"u1", "u2", "u3", "u4", "n1", "u5", "n2"}; !slices.Equal(order, want) {
+		h.t.Errorf("grant order = %v; want %v", order, want)
 	}
 }
 
