@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -253,6 +254,49 @@ func ExampleTransport_Estimate() {
 	// Output:
 	// job 1 sent: 200 OK
 	// job 2 deferred by about 2s
+}
+
+// A slash-command reply marked urgent goes ahead of bulk messages already
+// waiting for the same channel's bucket (one message per 200 ms here).
+func ExampleWithRequestPriority() {
+	var mu sync.Mutex
+	var seen []string
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("X-Job"))
+		mu.Unlock()
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "1")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "0.2")
+		fmt.Fprint(w, `{}`)
+	}))
+	defer discord.Close()
+	transport := ratecord.NewTransport(nil)
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+	send := func(ctx context.Context, job string) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", discord.URL+"/api/v10/channels/1/messages", nil)
+		req.Header.Set("Authorization", "Bot token")
+		req.Header.Set("X-Job", job)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+
+	send(context.Background(), "first") // learns the bucket, and spends it
+	var wg sync.WaitGroup
+	for _, job := range []string{"bulk 1", "bulk 2", "reply"} {
+		ctx := context.Background()
+		if job == "reply" {
+			ctx = ratecord.WithRequestPriority(ctx, ratecord.PriorityUrgent)
+		}
+		wg.Go(func() { send(ctx, job) })
+		time.Sleep(50 * time.Millisecond) // they arrive in this order
+	}
+	wg.Wait()
+	fmt.Println(strings.Join(seen, ", "))
+	// Output: first, reply, bulk 1, bulk 2
 }
 
 // Events tell when Discord answered 429, when ratecord retries, gives up, or
