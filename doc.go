@@ -38,7 +38,18 @@
 //
 // State lives in a store.Store. Without [WithStore] the transport uses an
 // in-memory store (package store/memstore) for one process; the Redis store
-// shares limits between processes.
+// shares limits between processes. What every request shares (the global
+// limit, the invalid-request budget, cooldowns) is the store's policy, given
+// when the store is built; a large bot's own global limit is given per bot
+// ([WithBotGlobalLimit]) or found ([WithGlobalLimitDetection]).
+//
+// # Per request
+//
+// A request's context can carry its own maximum wait, down to "never wait"
+// ([WithRequestMaxWait]), its retries ([WithRequestRetries]) and its lane
+// ([WithRequestPriority]: urgent requests go ahead of bulk ones). A job
+// system can ask when a request could go without sending it
+// ([Transport.Estimate]).
 //
 // # Secrets
 //
