@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 )
@@ -88,8 +87,9 @@ type detection struct {
 	running bool
 }
 
-// limit returns the detected limit of the bot whose Authorization header
-// req carries (0 when unknown), and starts a detection when one is due.
+// detectedLimit returns the detected limit of bot id, whose Authorization
+// header req carries (0 when unknown), and starts a detection when one is
+// due.
 func (t *Transport) detectedLimit(req *http.Request, id string) int {
 	d := t.det
 	now := t.cfg.clock.Now()
@@ -166,18 +166,9 @@ func (t *Transport) askGateway(ctx context.Context, orig *http.Request) int {
 // apiPrefix returns the /api or /api/vN prefix of a Discord API path, or
 // /api/v10 when it has none.
 func apiPrefix(path string) string {
-	rest, ok := strings.CutPrefix(path, "/api")
-	if !ok {
+	rest := TrimAPIPrefix(path)
+	if rest == path {
 		return "/api/v10"
 	}
-	if v, ok := strings.CutPrefix(rest, "/v"); ok {
-		n := 0
-		for n < len(v) && n < 3 && v[n] >= '0' && v[n] <= '9' {
-			n++
-		}
-		if n > 0 && (n == len(v) || v[n] == '/') {
-			return "/api/v" + v[:n]
-		}
-	}
-	return "/api"
+	return path[:len(path)-len(rest)]
 }

@@ -29,14 +29,9 @@ func (t *Transport) Estimate(req *http.Request) (time.Duration, error) {
 		return 0, ErrNoEstimate
 	}
 	key := t.keyer.key(req, t.cfg.clock.Now)
-	d, err := est.Estimate(req.Context(), t.claim(key, req))
+	d, err := est.Estimate(req.Context(), t.claim(key, req, control{}))
 	if err != nil {
-		rl := &RateLimitError{Route: key.route, Err: err}
-		var we *store.WaitError
-		if errors.As(err, &we) {
-			rl.Bucket, rl.Scope, rl.RetryAfter, rl.Err = we.Bucket, we.Scope, we.RetryAfter, we.Err
-		}
-		return 0, rl
+		return 0, refusal(key.route, err)
 	}
 	return d, nil
 }

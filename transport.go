@@ -118,16 +118,11 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	key := t.keyer.key(req, t.cfg.clock.Now)
 	ctx, tel := t.tel.start(req, &key) // ctx carries the request's span, if any
 	defer func() { tel.end(resp, err) }()
-	claim := t.claim(key, req)
+	rc := controlOf(req.Context())
+	claim := t.claim(key, req, rc)
 	retries := t.cfg.retries
-	if rc := controlOf(req.Context()); rc != (control{}) {
-		if rc.hasMaxWait {
-			claim.MaxWait, claim.NoWait = rc.maxWait, rc.maxWait == 0
-		}
-		if rc.hasRetries {
-			retries = rc.retries
-		}
-		claim.Priority = rc.priority
+	if rc.hasRetries {
+		retries = rc.retries
 	}
 	var bo backoff.BackOff
 
@@ -232,8 +227,8 @@ func (t *Transport) decide(req *http.Request, attempt, retries int, resp *http.R
 	return decision{}
 }
 
-// claim names the request to the store.
-func (t *Transport) claim(key routeKey, req *http.Request) store.Claim {
+// claim names the request to the store, with what its context asks (rc).
+func (t *Transport) claim(key routeKey, req *http.Request, rc control) store.Claim {
 	c := store.Claim{
 		Credential: key.credential,
 		Route:      key.route,
@@ -241,7 +236,11 @@ func (t *Transport) claim(key routeKey, req *http.Request) store.Claim {
 		Global:     key.global,
 		TokenAuth:  key.tokenAuth,
 		MaxWait:    t.cfg.maxWait,
+		Priority:   rc.priority,
 		Done:       t.done,
+	}
+	if rc.hasMaxWait {
+		c.MaxWait, c.NoWait = rc.maxWait, rc.maxWait == 0
 	}
 	if (len(t.cfg.botLimits) > 0 || t.det != nil) && key.credential != store.Unauthenticated && !key.tokenAuth {
 		if id := botID(req.Header.Get("Authorization")); id != "" {
@@ -344,11 +343,7 @@ func (l *limits) bucketOr(b string) string {
 // giveUp turns a store refusal into a *RateLimitError and reports it.
 func (t *Transport) giveUp(tel *reqTelemetry, key routeKey, err error, attempt int) error {
 	tel.refused(err)
-	rl := &RateLimitError{Route: key.route, Err: err}
-	var we *store.WaitError
-	if errors.As(err, &we) {
-		rl.Bucket, rl.Scope, rl.RetryAfter, rl.Err = we.Bucket, we.Scope, we.RetryAfter, we.Err
-	}
+	rl := refusal(key.route, err)
 	kind, level := EventGaveUp, slog.LevelWarn
 	if rl.Scope == store.ScopeGuard {
 		kind, level = EventGuardTripped, slog.LevelError
@@ -365,6 +360,17 @@ func (t *Transport) giveUp(tel *reqTelemetry, key routeKey, err error, attempt i
 // reported: as a *RateLimitError wrapping the reason.
 func (t *Transport) interrupted(tel *reqTelemetry, key routeKey, bucket string, d decision, err error, attempt int) error {
 	return t.giveUp(tel, key, &store.WaitError{Bucket: bucket, RetryAfter: d.sleep, Err: err}, attempt)
+}
+
+// refusal turns a store's refusal of a request on route into a
+// *RateLimitError, lifting a *store.WaitError's fields.
+func refusal(route string, err error) *RateLimitError {
+	rl := &RateLimitError{Route: route, Err: err}
+	var we *store.WaitError
+	if errors.As(err, &we) {
+		rl.Bucket, rl.Scope, rl.RetryAfter, rl.Err = we.Bucket, we.Scope, we.RetryAfter, we.Err
+	}
+	return rl
 }
 
 // event reports e to the request's telemetry and the event handler.

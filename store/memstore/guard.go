@@ -78,7 +78,7 @@ func (s *Store) count(cr *cred, c *store.Claim, u *store.Update, now int64) {
 		return
 	}
 	until := now + millis(s.pol.Cooldown)
-	switch model.CooldownOf(int64(u.Status), c.TokenAuth) {
+	switch model.CooldownOf(int64(u.Status), c.TokenAuth, c.Credential == store.Unauthenticated) {
 	case model.CooldownMajor:
 		if cr.dead == nil {
 			cr.dead = make(map[string]int64)
@@ -95,10 +95,6 @@ func (s *Store) count(cr *cred, c *store.Claim, u *store.Update, now int64) {
 		}
 		cr.dead[c.Major] = until
 	case model.CooldownCredential:
-		// A 401 without a credential says nothing of the next request
-		// without one (GET /gateway needs none).
-		if c.Credential != store.Unauthenticated {
-			cr.m.Unauthorized = until
-		}
+		cr.m.Unauthorized = until
 	}
 }

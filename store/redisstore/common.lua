@@ -80,6 +80,26 @@ local function loadCred(key)
   return credState
 end
 
+-- refusal returns the reply that refuses a claim while a cooldown lasts,
+-- or nil: {2, ms, 3} while the token-authenticated major's key dead lives
+-- (a webhook that answered 401 or 404), {2, ms, 2} while the credential
+-- c answered 401.
+local function refusal(c, tokenAuth, dead)
+  if tokenAuth then
+    local ttl = redis.call('PTTL', dead)
+    if ttl > 0 then return {2, ttl, 3} end
+  elseif c.unauthorized > now then
+    return {2, ceil(c.unauthorized - now), 2}
+  end
+  return nil
+end
+
+-- routeHash returns what the routes key holds for route: its bucket hash,
+-- '\0' for a route without one, '' when unknown.
+local function routeHash(routes, route)
+  return redis.call('HGET', routes, route) or ''
+end
+
 -- saveCred has the credential's deadlines written at the end of the step.
 local function saveCred()
   credDirty = true

@@ -49,14 +49,7 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 	k := s.keysOf(c.Credential)
 	pid := probeID(c.Route, c.Major)
 	for range 3 { // the route's hash may have changed since it was cached
-		bid := pid
-		switch guess {
-		case "":
-		case noBucket:
-			bid = noneID
-		default:
-			bid = learnedID(guess, c.Major)
-		}
+		bid := guessedID(guess, c.Route, c.Major)
 		keys := []string{k.routes(), k.cred(), k.global(), k.dead(c.Major), k.bucket(bid), k.bucket(pid), k.tickets(bid)}
 		args := []any{c.Route, guess, flag(c.Global), s.pol.Limit(&c), millis(s.pol.GlobalWindow),
 			millis(s.pol.GlobalHold), flag(c.TokenAuth), queued, s.clockArg()}

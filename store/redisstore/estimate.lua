@@ -14,15 +14,10 @@ local isGlobal, glimit, gwindow, hold = ARGV[3] == '1', tonumber(ARGV[4]), tonum
 local tokenAuth, queued = ARGV[7] == '1', tonumber(ARGV[8])
 
 local c = loadCred(KEYS[2])
-if tokenAuth then
-  local ttl = redis.call('PTTL', KEYS[4])
-  if ttl > 0 then return {2, ttl, 3} end
-elseif c.unauthorized > now then
-  return {2, ceil(c.unauthorized - now), 2}
-end
+local refused = refusal(c, tokenAuth, KEYS[4])
+if refused then return refused end
 
-local r = redis.call('HGET', KEYS[1], route)
-if not r then r = '' end
+local r = routeHash(KEYS[1], route)
 if r ~= guess then return {3, r} end
 
 local at = now

@@ -69,6 +69,21 @@ func probeID(route, major string) string { return "r" + digest(route, major) }
 // noneID names the credential's counter for routes without a bucket.
 const noneID = "n"
 
+// guessedID returns the id of the counter a claim on route and major
+// counts against when the route's hash is guess: the learned bucket, the
+// counter of routes without one (noBucket), or the route's probe counter
+// ("" unknown).
+func guessedID(guess, route, major string) string {
+	switch guess {
+	case "":
+		return probeID(route, major)
+	case noBucket:
+		return noneID
+	default:
+		return learnedID(guess, major)
+	}
+}
+
 // bucketID returns the id of the counter a permit of kind was granted from.
 func bucketID(kind int, hash, route, major string) string {
 	switch kind {

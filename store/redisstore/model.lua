@@ -260,9 +260,9 @@ local function invalid(status, scope)
 end
 
 -- cooldownOf: 0 none, 1 the credential (401), 2 a token-authenticated major.
-local function cooldownOf(status, tokenAuth)
+local function cooldownOf(status, tokenAuth, anonymous)
   if tokenAuth and (status == 401 or status == 404) then return 2 end
-  if not tokenAuth and status == 401 then return 1 end
+  if not tokenAuth and not anonymous and status == 401 then return 1 end
   return 0
 end
 

@@ -414,14 +414,7 @@ func (s *Store) waitFor(q *lqueue, head *store.Claim, guess string, r claimReply
 	if r.ticket {
 		q.ticket = true
 	}
-	switch guess {
-	case "":
-		q.bid = probeID(head.Route, head.Major)
-	case noBucket:
-		q.bid = noneID
-	default:
-		q.bid = learnedID(guess, head.Major)
-	}
+	q.bid = guessedID(guess, head.Route, head.Major)
 	q.scope = [...]store.Scope{store.ScopeUser, store.ScopeUser, store.ScopeGlobal, store.ScopeShared, store.ScopeBlocked}[r.scope]
 	if guess != noBucket {
 		q.hash = guess

@@ -184,9 +184,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	}
 	offset := s.pol.ResetOffset
 	cooldownMs := int64(-1)
-	// A 401 without a credential says nothing of the next request without
-	// one; webhook and interaction tokens keep their own cooldowns.
-	if s.pol.Cooldown > 0 && (h.cred != store.Unauthenticated || h.tokenAuth) {
+	if s.pol.Cooldown > 0 {
 		cooldownMs = millis(s.pol.Cooldown)
 	}
 	st.args = append(st.args, seq,
@@ -194,7 +192,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
 		cooldownMs, flag(h.tokenAuth), h.kind, h.hash, flag(h.global),
-		millis(bucketTTL), millis(routeTTL), digest(h.major),
+		millis(bucketTTL), millis(routeTTL), digest(h.major), flag(h.cred == store.Unauthenticated),
 	)
 	st.n++
 	return gid, tid
@@ -206,15 +204,7 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, pref
 	st.begin(s, c.Credential)
 	k := s.keysOf(c.Credential)
 	pid := probeID(c.Route, c.Major)
-	var bid string
-	switch guess {
-	case "":
-		bid = pid // unused: the probe keys follow
-	case noBucket:
-		bid = noneID
-	default:
-		bid = learnedID(guess, c.Major)
-	}
+	bid := guessedID(guess, c.Route, c.Major) // for "", the probe's: the probe keys follow
 	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid), k.lastGrant(qid))
 	st.args = append(st.args,
 		c.Route, guess, flag(c.Global), s.pol.Limit(c), millis(s.pol.GlobalWindow),

@@ -23,7 +23,7 @@
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
-local UPDATE_ARGS, CLAIM_ARGS = 20, 16
+local UPDATE_ARGS, CLAIM_ARGS = 21, 16
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
 local LEASE_FLOOR = 64
@@ -53,7 +53,7 @@ local APPLIED_TTL = 3600 * 1000
 --  13 cooldown (ms, < 0 disabled)                   14 token auth (1/0)
 --  15 granted kind (0 learned, 1 probe, 2 none, -1 no permit)
 --  16 granted hash     17 global (1/0)              18 bucket TTL (ms)
---  19 route TTL (ms)   20 major digest
+--  19 route TTL (ms)   20 major digest          21 anonymous: no credential (1/0)
 -- Reply: {1, wake}: how many ms from now the bucket the response concerns
 -- may grant again by the passing of time alone (0: now), or -1 when only a
 -- response can open it or it is unknown.
@@ -176,7 +176,7 @@ local function update(K, A)
   -- The 401/404 cooldowns. (Invalid responses are counted per store, on a
   -- key of their own: see invalid.lua.)
   if cooldown >= 0 then
-    local cd = cooldownOf(status, tokenAuth)
+    local cd = cooldownOf(status, tokenAuth, A[21] == '1')
     if cd == 2 then
       redis.call('SET', K[4], 1, 'PX', math.max(1, ceil(cooldown)))
     elseif cd == 1 then
@@ -237,19 +237,14 @@ local function claim(K, A)
   local extra = tonumber(A[16]) or 0
 
   local c = loadCred(K[2])
-  local gpause, blocked, unauth = c.pause, c.blocked, c.unauthorized
+  local gpause, blocked = c.pause, c.blocked
 
-  if tokenAuth then
-    local ttl = redis.call('PTTL', K[4])
-    if ttl > 0 then return {2, ttl, 3} end
-  elseif unauth > now then
-    return {2, ceil(unauth - now), 2}
-  end
+  local refused = refusal(c, tokenAuth, K[4])
+  if refused then return refused end
 
   -- Resolve the route. The caller named the keys of the bucket it expects;
   -- when the route maps elsewhere it must call again with the right keys.
-  local r = redis.call('HGET', K[1], route)
-  if not r then r = '' end
+  local r = routeHash(K[1], route)
   if r ~= guess then return {3, r} end
   if r ~= '' then redis.call('PEXPIRE', K[1], routeTTL) end
 

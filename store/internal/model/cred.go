@@ -51,12 +51,14 @@ const (
 )
 
 // CooldownOf returns what a response with status puts on cooldown.
-// tokenAuth reports that the route authenticates with a token in its path.
-func CooldownOf(status int64, tokenAuth bool) int {
+// tokenAuth reports that the route authenticates with a token in its path;
+// anonymous that the request carried no credential at all: its 401 says
+// nothing of the next request without one (GET /gateway needs none).
+func CooldownOf(status int64, tokenAuth, anonymous bool) int {
 	switch {
 	case tokenAuth && (status == 401 || status == 404):
 		return CooldownMajor
-	case !tokenAuth && status == 401:
+	case !tokenAuth && !anonymous && status == 401:
 		return CooldownCredential
 	}
 	return CooldownNone
