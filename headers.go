@@ -1,6 +1,7 @@
 package ratecord
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -23,6 +24,7 @@ type limits struct {
 
 	// For 429 responses only.
 	scope      store.Scope
+	ban        bool // a Cloudflare ban page: the whole IP is blocked
 	retryAfter time.Duration
 	hasRetry   bool // retryAfter came from the response
 }
@@ -76,16 +78,23 @@ func parse429(h http.Header, body []byte, legacy bool) limits {
 	var b struct {
 		RetryAfter *float64 `json:"retry_after"`
 		Global     *bool    `json:"global"`
+		Code       *int     `json:"code"`
+		Message    string   `json:"message"`
 	}
 	bodyRetry, bodyOK := time.Duration(0), false
-	if json.Unmarshal(body, &b) == nil && b.RetryAfter != nil {
+	isJSON := json.Unmarshal(body, &b) == nil
+	if isJSON && b.RetryAfter != nil {
 		bodyRetry, bodyOK = secondsToDuration(*b.RetryAfter, legacy)
 	}
 	headerRetry, headerOK := parseSeconds(first(h, hdrRetryAfter), legacy)
 
 	announced := l.bucket != "" || l.hasLimit || first(h, hdrScope) != "" || first(h, hdrGlobal) != ""
 	if !announced && !bodyOK {
-		// No rate-limit headers and no retry_after: a Cloudflare block.
+		// Not Discord's API: no rate-limit headers and no retry_after
+		// (Cloudflare's own responses also lack Discord's Via header, but
+		// proxies strip it, so it decides nothing). A Cloudflare block,
+		// per IP address; its ban pages block the IP on every route.
+		l.ban = banPage(body, isJSON && b.Code != nil && *b.Code == 0, b.Message)
 		l.scope = store.ScopeBlocked
 		l.retryAfter, l.hasRetry = headerRetry, headerOK
 		return l
@@ -115,6 +124,20 @@ func parse429(h http.Header, body []byte, legacy bool) limits {
 		l.scope = store.ScopeBlocked
 	}
 	return l
+}
+
+// banPage reports whether a 429 body is one of Cloudflare's ban pages: an
+// HTML page, the plain text "error code: 1015", or the static JSON with
+// code 0 (zeroJSON) whose message says the client is blocked. They say the IP is banned, not one route.
+func banPage(body []byte, zeroJSON bool, message string) bool {
+	if zeroJSON {
+		return strings.Contains(strings.ToLower(message), "blocked")
+	}
+	b := bytes.TrimSpace(body)
+	if len(b) > 0 && b[0] == '<' {
+		return true
+	}
+	return bytes.Contains(b, []byte("error code: 1015")) || bytes.Contains(b, []byte("Error 1015"))
 }
 
 // first returns the first value of a canonical header key without

@@ -147,3 +147,30 @@ func TestSecondsToDuration(t *testing.T) {
 		t.Errorf("secondsToDuration(0.123) = %v; want 123ms", d)
 	}
 }
+
+// TestParse429Ban: Cloudflare's ban pages block the IP on every route; a
+// bare header-less 429 only its route.
+func TestParse429Ban(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		h    http.Header
+		body string
+		ban  bool
+	}{
+		{"html page", hdr("Content-Type", "text/html"), "\n <!DOCTYPE html><html><title>Access denied</title></html>", true},
+		{"plain 1015", hdr(), "error code: 1015", true},
+		{"static json", hdr(), `{"code": 0, "message": "You are being blocked from accessing our API temporarily due to exceeding our rate limits frequently."}`, true},
+		{"empty body", hdr(), "", false},
+		{"json without a code", hdr(), `{}`, false},
+		{"scope header only", hdr("X-RateLimit-Scope", "user"), ``, false},
+		{"html with rate-limit headers is Discord's", hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "1"), `<html>oops</html>`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := parse429(tt.h, []byte(tt.body), false); got.ban != tt.ban {
+				t.Errorf("parse429(%v, %q).ban = %v; want %v", tt.h, tt.body, got.ban, tt.ban)
+			}
+		})
+	}
+}

@@ -167,8 +167,9 @@ func WithRetries(n int) Option {
 }
 
 // WithBackOff sets the back-off policy for retries that the response does
-// not time: 5xx responses, network errors and 429s without a retry_after
-// (Cloudflare blocks). newBackOff is called once per request that needs it.
+// not time: 5xx responses, network errors, and Cloudflare blocks when the
+// store does not hold them itself (both of ratecord's stores do: see
+// [WithBlockPause]). newBackOff is called once per request that needs it.
 // A 429 with a retry_after waits exactly that long instead.
 func WithBackOff(newBackOff func() backoff.BackOff) Option {
 	return optionFunc(func(c *config) {
@@ -219,6 +220,21 @@ func WithCooldown(d time.Duration) Option {
 			d = -1
 		}
 		c.policy.Cooldown = d
+	})
+}
+
+// WithBlockPause sets how long nothing is sent on a route after a
+// Cloudflare block (a 429 that Discord's API did not send), from any
+// credential, before one probe may go, and the cap of that pause as it
+// doubles with each probe that is blocked again, in the memory store the
+// transport creates (see [WithStore]; a store takes them from its
+// [store.Policy]). A ban page, or blocks on two routes, hold every route.
+// first is at least a second. The defaults are [store.DefaultBlockPause]
+// and [store.DefaultBlockPauseMax].
+func WithBlockPause(first, max time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.setPolicy("WithBlockPause")
+		c.policy.BlockPause, c.policy.BlockPauseMax = first, max
 	})
 }
 

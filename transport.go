@@ -22,6 +22,7 @@ import (
 type Transport struct {
 	base      http.RoundTripper
 	store     store.Store
+	gate      store.BlockGate // the store, when it holds Cloudflare blocks
 	ownsStore bool
 	keyer     *keyer
 	cfg       config
@@ -66,6 +67,7 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 		panic("ratecord: " + strings.Join(cfg.policyOpts, ", ") + " configure the memory store NewTransport creates; " +
 			"with WithStore, give the store its policy when building it (memstore.WithPolicy, redisstore.WithPolicy)")
 	}
+	t.gate, _ = t.store.(store.BlockGate)
 	t.tel = newTelemetry(&cfg, t.store, &t.keyer.tmpl)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if cfg.detect {
@@ -153,6 +155,11 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		d := t.decide(req, attempt, retries, resp, err, &lim, &bo)
 		t.report(ctx, permit, t.update(true, resp, &lim))
+		if lim.scope == store.ScopeBlocked && t.gate != nil {
+			// The store times the block now: say how long it holds.
+			lim.retryAfter = max(lim.retryAfter, t.gate.BlockedFor(key.route))
+			d.wait = max(d.wait, lim.retryAfter)
+		}
 		if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
 			t.rateLimited(ctx, &tel, key, bucket, resp, &lim, attempt)
 		}
@@ -199,9 +206,11 @@ type decision struct {
 // which now knows the wait, grants again; a 429 without one (a block),
 // a 5xx or a network error is retried after the request's back-off, when
 // the request may be sent again (see WithRetries, WithRetryNonIdempotent). A
-// block's back-off is reported to the store as the block's wait, so every
-// request of the credential waits as long and none retries in a tight
-// loop.
+// block (a 429 Discord's API did not send) is held by the store when it
+// implements store.BlockGate: it pauses the route, or every route, for
+// every credential and lets one probe through at a time. With another
+// store, the block's back-off is reported as its wait, so no request
+// retries in a tight loop.
 func (t *Transport) decide(req *http.Request, attempt, retries int, resp *http.Response, err error, lim *limits, bo *backoff.BackOff) decision {
 	switch {
 	case err != nil && resp != nil:
@@ -213,7 +222,7 @@ func (t *Transport) decide(req *http.Request, attempt, retries int, resp *http.R
 		wait := t.nextWait(bo)
 		return decision{retry: wait != backoff.Stop, wait: wait, sleep: wait}
 	case resp.StatusCode == http.StatusTooManyRequests:
-		if lim.scope == store.ScopeBlocked {
+		if lim.scope == store.ScopeBlocked && t.gate == nil {
 			lim.retryAfter = max(lim.retryAfter, t.nextWait(bo))
 		}
 		if attempt > retries || !replayable(req) {
@@ -304,7 +313,7 @@ func (t *Transport) update(sent bool, resp *http.Response, lim *limits) store.Up
 	u.Bucket = lim.bucket
 	u.HasLimit = lim.hasLimit
 	u.Limit, u.Remaining, u.ResetAfter = lim.limit, lim.remaining, lim.resetAfter
-	u.Scope, u.RetryAfter = lim.scope, lim.retryAfter
+	u.Scope, u.RetryAfter, u.Ban = lim.scope, lim.retryAfter, lim.ban
 	return u
 }
 

@@ -419,22 +419,73 @@ func TestCloudflareBlockBacksOffExponentially(t *testing.T) {
 		}
 		return ok(r)
 	})
-	newBackOff := func() backoff.BackOff {
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval, b.Multiplier, b.RandomizationFactor = 40*time.Millisecond, 2, 0
-		b.Reset()
-		return b
-	}
-	c, _ := newClient(t, mock, ratecord.WithBackOff(newBackOff), ratecord.WithResetOffset(0))
+	c, _ := newClient(t, mock, ratecord.WithBlockPause(time.Second, 2*time.Second), ratecord.WithResetOffset(0))
 	okResp(t)(do(t, c, "GET", api+"/channels/1", "Bot a"))
 	sent, _, _ := f.stats()
 	if len(sent) != 4 {
 		t.Fatalf("server saw %d requests; want 4", len(sent))
 	}
-	for i, want := range []time.Duration{40, 80, 160} {
+	for i, want := range []time.Duration{1000, 2000, 2000} {
 		if d := sent[i+1].at.Sub(sent[i].at); d < want*time.Millisecond {
-			t.Errorf("attempt %d came %v after the block; want at least %vms", i+2, d, want)
+			t.Errorf("attempt %d came %v after the block; want at least %vms (doubling, capped)", i+2, d, want)
 		}
+	}
+}
+
+// TestCloudflareBlockHoldsTheRouteForEveryCredential: a bare header-less
+// 429 holds its route for every credential of the transport, one probe at
+// a time, while other routes go on.
+func TestCloudflareBlockHoldsTheRouteForEveryCredential(t *testing.T) {
+	t.Parallel()
+	f := newFakeDiscord()
+	mock := httpmock.NewMockTransport()
+	var calls atomic.Int32
+	block := f.plain(429, ``)
+	ok := f.plain(200, `{}`)
+	mock.RegisterRegexpResponder("GET", channelRE, func(r *http.Request) (*http.Response, error) {
+		if calls.Add(1) == 1 {
+			return block(r)
+		}
+		return ok(r)
+	})
+	mock.RegisterRegexpResponder("GET", messagesRE, ok)
+	c, _ := newClient(t, mock, ratecord.WithBlockPause(time.Second, time.Second))
+	start := time.Now()
+	first := make(chan error, 1)
+	go func() {
+		resp, err := do(t, c, "GET", api+"/channels/1", "Bot a")
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// Another route goes at once.
+	okResp(t)(do(t, c, "GET", api+"/channels/2/messages", "Bot b"))
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("another route took %v during the block; want it unaffected", d)
+	}
+	// The blocked route waits, for another credential too.
+	resp, err := do(t, c, "GET", api+"/channels/2", "Bot b")
+	mustOK(t, resp, err)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	sent, _, _ := f.stats()
+	var onRoute []time.Time
+	for _, s := range sent {
+		if channelRE.MatchString(s.route) {
+			onRoute = append(onRoute, s.at)
+		}
+	}
+	if len(onRoute) != 3 {
+		t.Fatalf("server saw %d requests on the route; want 3 (the block, the probe, the other)", len(onRoute))
+	}
+	if d := onRoute[1].Sub(onRoute[0]); d < time.Second {
+		t.Errorf("the next request on the route came %v after the block; want at least 1s", d)
 	}
 }
 

@@ -92,6 +92,13 @@ type Policy struct {
 	// got a 401 or 404, is refused. Zero means [DefaultCooldown]; a negative
 	// value disables it.
 	Cooldown time.Duration
+	// BlockPause is how long nothing is sent after a header-less 429 (a
+	// Cloudflare block) before one probe may go, and BlockPauseMax caps the
+	// pause as it doubles with each probe that is blocked again. Zero means
+	// [DefaultBlockPause] and [DefaultBlockPauseMax]; BlockPause is never
+	// less than a second, BlockPauseMax never less than BlockPause.
+	BlockPause    time.Duration
+	BlockPauseMax time.Duration
 }
 
 // Normalize returns p with every default filled in, durations bounded to a
@@ -130,6 +137,14 @@ func (p Policy) Normalize() Policy {
 		p.Cooldown = -1
 	}
 	p.Cooldown = max(-1, min(p.Cooldown, 24*time.Hour))
+	if p.BlockPause <= 0 {
+		p.BlockPause = DefaultBlockPause
+	}
+	p.BlockPause = max(ClampDuration(p.BlockPause), time.Second)
+	if p.BlockPauseMax <= 0 {
+		p.BlockPauseMax = DefaultBlockPauseMax
+	}
+	p.BlockPauseMax = max(ClampDuration(p.BlockPauseMax), p.BlockPause)
 	return p
 }
 
@@ -286,6 +301,11 @@ type Update struct {
 	Scope Scope
 	// RetryAfter is how long a 429 asks to wait.
 	RetryAfter time.Duration
+	// Ban reports that a 429 of scope [ScopeBlocked] is a Cloudflare ban
+	// page (an HTML page, "error code: 1015" or the static JSON with code
+	// 0): the ban is per IP address, so every request of the store pauses,
+	// not only those of the route.
+	Ban bool
 }
 
 // Priority is a request's lane.
@@ -312,13 +332,30 @@ const (
 	ScopeGlobal Scope = "global"
 	// ScopeShared is a limit on the resource shared by every client.
 	ScopeShared Scope = "shared"
-	// ScopeBlocked is a 429 without rate-limit headers or retry_after: a
-	// Cloudflare block. Every request of the credential pauses.
+	// ScopeBlocked is a 429 that Discord's API did not send: no rate-limit
+	// headers, and no retry_after or no Via header. It is a Cloudflare
+	// block, which is per IP address: stores that implement [BlockGate]
+	// hold every request of the route, from every credential, for at least
+	// [Policy.BlockPause], then let one probe through at a time; a ban page
+	// ([Update.Ban]) or blocks on two routes hold every request.
 	ScopeBlocked Scope = "blocked"
 	// ScopeGuard marks a refusal by the invalid-request guard, or of a
 	// credential or webhook that recently answered 401 or 404.
 	ScopeGuard Scope = "guard"
 )
+
+// BlockGate is implemented by stores that hold Cloudflare blocks
+// ([ScopeBlocked]) themselves, across credentials and, for a shared store,
+// across processes: a transport then retries a blocked request through the
+// store, which times the pause and lets one probe go at a time. With a
+// store that does not implement it, the transport backs off each blocked
+// request on its own.
+type BlockGate interface {
+	// BlockedFor returns how long the store holds a claim on route (a
+	// [Claim.Route]) for a block at least, from what this process knows
+	// and without I/O; zero when no block holds it.
+	BlockedFor(route string) time.Duration
+}
 
 // Unauthenticated is the credential of requests without an Authorization
 // header. Discord limits them per IP address, with a global budget of their
@@ -346,6 +383,10 @@ const (
 	// DefaultCooldown is how long a credential that answered 401, or a
 	// webhook that answered 401 or 404, is refused without asking Discord.
 	DefaultCooldown = 10 * time.Minute
+	// DefaultBlockPause is the first pause after a Cloudflare block.
+	DefaultBlockPause = 2 * time.Second
+	// DefaultBlockPauseMax caps the pause after blocks that repeat.
+	DefaultBlockPauseMax = time.Minute
 )
 
 // Errors returned by stores, wrapped in a *WaitError.

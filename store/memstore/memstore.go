@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratecord/ratecord/internal/clock"
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/edge"
 	"github.com/ratecord/ratecord/store/internal/model"
 )
 
@@ -45,8 +46,9 @@ type Store struct {
 	lastSweep  int64
 	sweeper    alarm // sweeps while no request comes
 	pol        store.Policy
-	hold       int64 // pol.GlobalHold in milliseconds
-	offset     int64 // pol.ResetOffset in milliseconds
+	gates      *edge.Gates // Cloudflare blocks
+	hold       int64       // pol.GlobalHold in milliseconds
+	offset     int64       // pol.ResetOffset in milliseconds
 }
 
 var _ store.Store = (*Store)(nil)
@@ -105,6 +107,7 @@ func New(opts ...Option) *Store {
 		}
 	}
 	s.pol = s.pol.Normalize()
+	s.gates = edge.New(s.clock, s.pol.BlockPause, s.pol.BlockPauseMax, "", nil, nil, 0)
 	s.hold = millis(s.pol.GlobalHold)
 	s.offset = millis(s.pol.ResetOffset)
 	// The model reads 0 as "never": the store's time starts well after it.
@@ -180,7 +183,7 @@ func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration,
 		return 0, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
-	wait := s.estimate(cr, b, c, now)
+	wait := max(s.estimate(cr, b, c, now), millis(s.gates.Estimate(c.Route)))
 	if c.Global {
 		// The claims queued for the global window ahead of this one.
 		limit := int64(s.pol.Limit(c))
@@ -195,6 +198,33 @@ var _ store.Estimator = (*Store)(nil)
 
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
+	if !s.gates.Active() {
+		return s.acquire(ctx, claim)
+	}
+	// A Cloudflare block holds the claim before its bucket does.
+	start := s.clock.Now()
+	tk, err := s.gates.Wait(ctx, &claim, start, s.done)
+	if err != nil {
+		return nil, err
+	}
+	if claim.MaxWait > 0 {
+		claim.MaxWait = max(claim.MaxWait-s.clock.Now().Sub(start), 1)
+	}
+	r, err := s.acquire(ctx, claim)
+	if err != nil {
+		s.gates.Abandon(tk)
+		return nil, err
+	}
+	s.gates.Bind(tk, r)
+	r.Waited = s.clock.Now().Sub(start)
+	return r, nil
+}
+
+// BlockedFor implements [store.BlockGate]: the store holds Cloudflare
+// blocks for every credential.
+func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate(route) }
+
+func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	c := &claim
 	if err := ctx.Err(); err != nil {
 		return nil, &store.WaitError{Err: err}
@@ -518,6 +548,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	u := &update
 	c := &r.Claim
 	handle, token := r.Handle()
+	s.gates.Settle(r, c, u)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()

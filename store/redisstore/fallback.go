@@ -42,6 +42,11 @@ func (s *Store) localGrant(ctx context.Context, c store.Claim) (*store.Reservati
 // spent by each response and refills after the longest window seen on the
 // route (window), if that is later than the reset.
 func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
+	if u.Scope == store.ScopeBlocked {
+		// The Store's own gates hold the block; the local limiter need
+		// not hold it twice. (The Store counts it as invalid itself.)
+		u.Scope, u.RetryAfter, u.Ban = store.ScopeShared, 0, false
+	}
 	if u.HasLimit && s.share > 1 {
 		u.Limit = max(1, u.Limit/s.share)
 		u.Remaining = 0

@@ -247,8 +247,7 @@ local function credLimited(c, t, scope, retry)
   if scope == 'global' then
     c.pause = math.max(c.pause, t + clamp(retry))
   elseif scope == 'blocked' then
-    c.blocked = math.max(c.blocked, t + clamp(retry))
-    c.pause = math.max(c.pause, c.blocked)
+    -- Per IP, not per credential: the store's edge gates hold it.
   else
     return false
   end

@@ -13,7 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratecord/ratecord/internal/clock"
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/edge"
 	"github.com/ratecord/ratecord/store/internal/model"
 	"github.com/ratecord/ratecord/store/memstore"
 )
@@ -71,6 +73,8 @@ type Store struct {
 
 	local    *memstore.Store
 	pol      store.Policy // normalized
+	gates    *edge.Gates  // Cloudflare blocks, shared through Redis (edge.go)
+	watching atomic.Bool  // the gates' channel is followed
 	degraded atomic.Bool
 
 	invalid      invalidGuard
@@ -143,6 +147,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	s.pol = s.pol.Normalize()
 	s.local = memstore.New(memstore.WithPolicy(s.pol))
+	s.gates = edge.New(clock.Real{}, s.pol.BlockPause, s.pol.BlockPauseMax, s.id, edgeRemote{s}, s.ctx, s.callTimeout)
 	return s
 }
 
@@ -207,12 +212,54 @@ func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 // for slots on behalf of the waiters at its front. During the grace period
 // that follows a return to Redis, the request takes a grant of the local
 // limiter first.
+//
+// A Cloudflare block holds a claim before its bucket does: the blocks are
+// shared by every process of the store through one Redis hash and a
+// channel, which the Store follows from its first Acquire on.
 func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation, error) {
-	g, err := s.acquire(ctx, c)
+	if !s.watching.Load() {
+		s.watch()
+	}
+	if !s.gates.Active() {
+		g, err := s.acquire(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+	}
+	start := time.Now()
+	tk, err := s.gates.Wait(ctx, &c, start, s.done)
 	if err != nil {
 		return nil, err
 	}
-	return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+	gc := c
+	if gc.MaxWait > 0 {
+		gc.MaxWait = max(gc.MaxWait-time.Since(start), 1)
+	}
+	g, err := s.acquire(ctx, gc)
+	if err != nil {
+		s.gates.Abandon(tk)
+		return nil, err
+	}
+	r := store.NewReservation(s, c, g.Bucket, time.Since(start), g.Handle, 0)
+	s.gates.Bind(tk, r)
+	return r, nil
+}
+
+// BlockedFor implements [store.BlockGate]: the Store holds Cloudflare
+// blocks for every credential of every process that shares it.
+func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate(route) }
+
+// watch starts following the gates' channel, once.
+func (s *Store) watch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.watching.Load() {
+		return
+	}
+	s.watching.Store(true)
+	s.wg.Add(1)
+	go s.watchGates()
 }
 
 // grant is a slot the Store granted, before it becomes a reservation.
@@ -406,6 +453,7 @@ type localPermit struct{ p *store.Reservation }
 func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
 	c := &r.Claim
 	handle, _ := r.Handle()
+	s.gates.Settle(r, c, &u)
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
@@ -553,6 +601,7 @@ func (s *Store) Close() error {
 	close(s.done)
 	s.cancel()
 	s.mu.Unlock()
+	s.gates.Close()
 	s.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.callTimeout)
 	s.flush(ctx)

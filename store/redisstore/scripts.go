@@ -22,12 +22,15 @@ var (
 	invalidSource string
 	//go:embed estimate.lua
 	estimateSource string
+	//go:embed edge.lua
+	edgeSource string
 
 	// The scripts share the model and the helpers of common.lua: Redis
 	// runs each script on its own, so they are joined before loading.
 	stepScript     = redis.NewScript(modelSource + commonSource + stepSource)
 	invalidScript  = redis.NewScript(modelSource + commonSource + invalidSource)
 	estimateScript = redis.NewScript(modelSource + commonSource + estimateSource)
+	edgeScript     = redis.NewScript(modelSource + commonSource + edgeSource)
 )
 
 // errReply reports a script reply of an unexpected shape.

@@ -73,6 +73,7 @@ func cases() []testCase {
 		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
+		{name: "BlockedBan", run: testBlockedBan},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
 		{name: "UnansweredKeepsWindow", run: testUnansweredKeepsWindow},
 		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
@@ -969,49 +970,73 @@ func testShared429(h *harness) {
 	h.mustWait(c, watch)
 }
 
-// testBlocked429: a header-less 429 (a Cloudflare block) pauses every request
-// of the credential.
+// testBlocked429: a header-less 429 (a Cloudflare block, per IP address)
+// holds every request of its route from every credential for the block
+// pause, then lets one probe through at a time; a probe blocked again
+// doubles the pause; a probe that passes releases everyone. Other routes
+// go on.
 func testBlocked429(h *harness) {
-	cred := h.cred("a")
-	bucketed := claim(cred, routeCreate, major1)
+	h = h.with(store.Policy{BlockPause: time.Second, BlockPauseMax: 2 * time.Second})
+	a, b := h.cred("a"), h.cred("b")
+	bucketed := claim(a, routeCreate, major1)
 	h.learn(bucketed, "h", 100, 99, far)
-	bare := claim(cred, routeMe, "")
-	h.update(h.acquireNow(bare), response(bare, 200)) // no bucket
 	p := h.acquireNow(bucketed)
-
-	const retry = 300 * time.Millisecond
 	t0 := time.Now()
-	h.update(p, tooMany(bucketed, store.ScopeBlocked, retry))
+	h.update(p, tooMany(bucketed, store.ScopeBlocked, 0))
 
-	// A request that will not wait is told why.
-	for _, c := range []store.Claim{bucketed, {Credential: cred, Route: routeMe, Global: true, NoWait: true}} {
+	// Every credential's requests of the route wait, and say why.
+	for _, c := range []store.Claim{bucketed, claim(b, routeCreate, major2)} {
 		c.NoWait = true
 		_, err := h.s.Acquire(h.t.Context(), c)
-		if we := h.waitError(err, store.ErrWaitTooLong, describe(c)+" during a block"); we.Scope != store.ScopeBlocked {
-			h.t.Errorf("%s during a block: WaitError.Scope = %q; want %q", describe(c), we.Scope, store.ScopeBlocked)
+		we := h.waitError(err, store.ErrWaitTooLong, describe(c)+" during a block")
+		if we.Scope != store.ScopeBlocked || we.RetryAfter < 500*time.Millisecond {
+			h.t.Errorf("%s during a block: WaitError scope %q, retry after %v; want %q and about a second", describe(c), we.Scope, we.RetryAfter, store.ScopeBlocked)
 		}
+	}
+	// Another route is not blocked.
+	h.acquireNow(claim(a, routeMe, ""))
+
+	first := h.queue(h.t.Context(), bucketed)
+	second := h.queue(h.t.Context(), claim(b, routeCreate, major2))
+	third := h.queue(h.t.Context(), claim(b, routeCreate, major3))
+	probe := h.granted(first, "first request after the block")
+	h.notBefore(probe, t0, time.Second, "the probe")
+	// One probe at a time.
+	second = h.stillWaiting(second, watch, "a second request while the probe is out")
+	t1 := time.Now()
+	h.update(probe.p, tooMany(bucketed, store.ScopeBlocked, 0))
+	// Blocked again: the pause doubles.
+	next := h.granted(second, "the next probe")
+	h.notBefore(next, t1, 2*time.Second, "the next probe")
+	third = h.stillWaiting(third, watch, "a third request while the next probe is out")
+	h.update(next.p, response(claim(b, routeCreate, major2), 200))
+	h.granted(third, "a request after a probe passed")
+	h.acquireNow(claim(a, routeCreate, major1))
+}
+
+// testBlockedBan: a ban page, or blocks on two routes, hold every request
+// of the store.
+func testBlockedBan(h *harness) {
+	h = h.with(store.Policy{BlockPause: time.Second})
+	a, b := h.cred("a"), h.cred("b")
+	c := claim(a, routeCreate, major1)
+	u := tooMany(c, store.ScopeBlocked, 0)
+	u.Ban = true
+	h.update(h.acquireNow(c), u)
+	other := claim(b, routeMe, "")
+	other.NoWait = true
+	_, err := h.s.Acquire(h.t.Context(), other)
+	if we := h.waitError(err, store.ErrWaitTooLong, "another route during a ban"); we.Scope != store.ScopeBlocked {
+		h.t.Errorf("another route during a ban: WaitError.Scope = %q; want %q", we.Scope, store.ScopeBlocked)
 	}
 
-	bucketedGlobal := bucketed
-	bucketedGlobal.Global = true
-	bareGlobal := bare
-	bareGlobal.Global = true
-	unknown := claim(cred, routeEdit, major2)
-	claims := []store.Claim{bucketed, bucketedGlobal, bare, bareGlobal, unknown}
-	var chans []<-chan result
-	for _, c := range claims {
-		chans = append(chans, h.acquireAsync(h.t.Context(), c))
-	}
-	for i, c := range claims {
-		what := fmt.Sprintf("%s after a blocked 429", describe(c))
-		r := h.await(chans[i], what)
-		if r.err != nil {
-			h.t.Errorf("%s: Acquire = %v; want a permit after the pause", what, r.err)
-			continue
-		}
-		h.notBefore(r, t0, retry, what)
-	}
-	h.acquireNow(claim(h.cred("b"), routeCreate, major1))
+	h = h.with(store.Policy{BlockPause: time.Second})
+	h.update(h.acquireNow(claim(a, routeCreate, major1)), tooMany(c, store.ScopeBlocked, 0))
+	h.acquireNow(other) // one blocked route holds only itself
+	edit := claim(b, routeEdit, major1)
+	h.update(h.acquireNow(edit), tooMany(edit, store.ScopeBlocked, 0))
+	_, err = h.s.Acquire(h.t.Context(), other)
+	h.waitError(err, store.ErrWaitTooLong, "a third route after blocks on two")
 }
 
 // testUnansweredKeepsWindow: a request sent but never answered may have

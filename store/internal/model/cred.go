@@ -21,16 +21,17 @@ const (
 	ScopeBlocked = "blocked"
 )
 
-// Limited applies a 429 of the credential-wide scopes global and blocked
-// received at now, with retry (offset included), and reports whether the
-// scope was one of them.
+// Limited applies a 429 of the scopes wider than a bucket, global and
+// blocked, received at now, with retry (offset included), and reports
+// whether the scope was one of them. A block changes nothing here: the
+// store's edge gates hold it, for every credential.
 func (c *Cred) Limited(now int64, scope string, retry int64) bool {
 	switch scope {
 	case ScopeGlobal:
 		c.Pause = max(c.Pause, now+clamp(retry))
 	case ScopeBlocked:
-		c.Blocked = max(c.Blocked, now+clamp(retry))
-		c.Pause = max(c.Pause, c.Blocked)
+		// A Cloudflare block is per IP address, not per credential: the
+		// store's edge gates hold it (store/internal/edge).
 	default:
 		return false
 	}

@@ -1,0 +1,517 @@
+// Package edge holds Cloudflare blocks: 429s that Discord's API did not
+// send (no rate-limit headers; see store.ScopeBlocked). Cloudflare counts
+// per IP address, not per credential, so a block holds every request of its
+// route from every credential of the store, and a ban page, or blocks on two
+// routes, every request of the store.
+//
+// A block holds its requests for a pause, then lets one probe through. The
+// probe's response decides: anything but another block ends the block and
+// releases every waiter; another block doubles the pause, up to a cap. The
+// probe is chosen among the waiters in arrival order. A request that was
+// sent before the block and comes back blocked too extends the pause but
+// does not double it: only the first block and each blocked probe count.
+//
+// Gates is the state of one store; both stores use it in front of their
+// buckets. A [Remote] shares it between processes (the Redis store); a
+// process then follows what the others learn.
+package edge
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
+)
+
+// All is the key of the gate that holds every request of the store.
+const All = "*"
+
+// maxRoutes bounds the route gates: more blocked routes than this are held
+// by the store-wide gate instead.
+const maxRoutes = 1
+
+// Lease bounds how long a probe may hold the others back without an
+// answer.
+const Lease = 15 * time.Second
+
+// Remote shares the gates of a store between processes. Its methods are
+// called without locks held; they report what the shared state became,
+// which the caller merges. A failed call leaves the local state in charge.
+type Remote interface {
+	// Block records a block of key. strike reports that it counts towards
+	// the doubling of the pause; pause is the pause it calls for.
+	Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (State, error)
+	// Probe asks for the probe of keys under id; the reply says whether it
+	// was granted and, when not, the state of the gates that hold it.
+	Probe(ctx context.Context, keys []string, id string) (bool, []State, error)
+	// Pass ends the gates of keys that id probes.
+	Pass(ctx context.Context, keys []string, id string) error
+	// Release gives up the probe id holds on keys; penalty adds a pause of
+	// first (the probe was sent but not answered).
+	Release(ctx context.Context, keys []string, id string, penalty time.Duration) error
+}
+
+// State is one gate as the shared store reports it, times relative to the
+// moment of the reply. Gone reports that the gate ended.
+type State struct {
+	Key     string
+	Gone    bool
+	Until   time.Duration // nothing goes before this
+	Probe   time.Duration // a probe holds the gate this much longer
+	Strikes int
+}
+
+type gate struct {
+	until   time.Time
+	probeTo time.Time          // a probe holds the gate until then
+	probeID string             // the probe's id, shared with the remote
+	prober  *store.Reservation // the probe's reservation, once bound
+	strikes int
+	changed time.Time // when this process last changed it
+}
+
+// Gates is the block state of one store. The zero value is not usable;
+// create one with [New].
+type Gates struct {
+	active atomic.Bool // a gate exists: the only thing the fast path reads
+
+	mu      sync.Mutex
+	clk     clock.Clock
+	base    time.Duration
+	max     time.Duration
+	gates   map[string]*gate
+	changed chan struct{}     // closed and replaced when a gate changes
+	waiting map[uint64]string // arrival number -> route of the claims waiting
+	seq     uint64
+	ids     atomic.Uint64
+	prefix  string // of probe ids, unique to the store
+	remote  Remote
+	rctx    context.Context
+	timeout time.Duration
+	closed  bool           // no more calls to the remote
+	rwg     sync.WaitGroup // calls to the remote made in the background
+}
+
+// New returns the gates of a store that pauses first after a block, at most
+// max after repeated ones. remote, when not nil, shares them; background
+// calls to it run under ctx, each bounded by timeout, until Close.
+func New(clk clock.Clock, first, max time.Duration, prefix string, remote Remote, ctx context.Context, timeout time.Duration) *Gates {
+	return &Gates{
+		clk: clk, base: first, max: max,
+		gates:   make(map[string]*gate),
+		changed: make(chan struct{}),
+		waiting: make(map[uint64]string),
+		prefix:  prefix,
+		remote:  remote, rctx: ctx, timeout: timeout,
+	}
+}
+
+// Active reports whether a gate exists. It takes no lock.
+func (g *Gates) Active() bool { return g.active.Load() }
+
+// Ticket is what [Gates.Wait] let through: a probe (Keys set) or a request
+// no gate held.
+type Ticket struct {
+	Keys []string
+	ID   string
+}
+
+// Probe reports whether the ticket is a probe.
+func (t Ticket) Probe() bool { return len(t.Keys) > 0 }
+
+// pause returns the pause after strikes blocks.
+func (g *Gates) pause(strikes int) time.Duration {
+	p := g.base
+	for i := 1; i < strikes && p < g.max; i++ {
+		p *= 2
+	}
+	return min(p, g.max)
+}
+
+// keys returns the gates that hold a claim on route; g.mu is held.
+func (g *Gates) keys(route string) []string {
+	var ks []string
+	if _, ok := g.gates[All]; ok {
+		ks = append(ks, All)
+	}
+	if _, ok := g.gates[route]; ok {
+		ks = append(ks, route)
+	}
+	return ks
+}
+
+// broadcast wakes every waiter; g.mu is held.
+func (g *Gates) broadcast() {
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.active.Store(len(g.gates) > 0)
+}
+
+// Wait holds a claim on route until no gate holds it, or until it may go
+// as the probe of the gates that hold it. start is when the claim arrived.
+// It fails like a store's Acquire: with a *store.WaitError of scope
+// blocked, at once when the wait is known to exceed what the claim
+// accepts.
+func (g *Gates) Wait(ctx context.Context, c *store.Claim, start time.Time, done <-chan struct{}) (Ticket, error) {
+	var expired <-chan time.Time
+	g.mu.Lock()
+	g.seq++
+	seq := g.seq
+	g.waiting[seq] = c.Route
+	defer func() {
+		g.mu.Lock()
+		delete(g.waiting, seq)
+		g.broadcast() // the next in line may probe
+		g.mu.Unlock()
+	}()
+	for {
+		now := g.clk.Now()
+		ks := g.keys(c.Route)
+		if len(ks) == 0 {
+			g.mu.Unlock()
+			return Ticket{}, nil
+		}
+		var until, held time.Time
+		for _, k := range ks {
+			gt := g.gates[k]
+			until = later(until, gt.until)
+			if now.Before(gt.probeTo) {
+				held = later(held, gt.probeTo)
+			}
+		}
+		open := !now.Before(until) && held.IsZero()
+		if open && g.earliest(seq, c.Route) {
+			id := g.prefix + ":" + uitoa(g.ids.Add(1))
+			for _, k := range ks {
+				gt := g.gates[k]
+				gt.probeTo, gt.probeID, gt.prober = now.Add(Lease), id, nil
+			}
+			g.broadcast()
+			ch := g.changed
+			g.mu.Unlock()
+			if g.remote == nil {
+				return Ticket{Keys: ks, ID: id}, nil
+			}
+			ok, states, err := g.remote.Probe(ctx, ks, id)
+			if err != nil || ok {
+				return Ticket{Keys: ks, ID: id}, nil // a failed call leaves the local gate in charge
+			}
+			g.mu.Lock()
+			for _, k := range ks {
+				// Another process probes, or the pause grew: give up the
+				// local mark and follow the shared store.
+				if gt := g.gates[k]; gt != nil && gt.probeID == id {
+					gt.probeTo, gt.probeID, gt.prober = time.Time{}, "", nil
+				}
+			}
+			g.merge(states, now)
+			if g.changed == ch {
+				g.broadcast()
+			}
+			continue
+		}
+		wait := until.Sub(now)
+		if !held.IsZero() {
+			wait = max(wait, held.Sub(now))
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		if c.NoWait {
+			return Ticket{}, &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: max(wait, 0), Err: store.ErrWaitTooLong}
+		}
+		if err := store.CheckWait(ctx, c, start, max(wait, 0)); err != nil {
+			return Ticket{}, &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: max(wait, 0), Err: err}
+		}
+		if expired == nil && c.MaxWait > 0 {
+			t := g.clk.NewTimer(max(c.MaxWait-g.clk.Now().Sub(start), 0))
+			defer t.Stop()
+			expired = t.C()
+		}
+		var tc <-chan time.Time
+		var t clock.Timer
+		if !open {
+			// Open means an earlier claim is about to probe: its taking
+			// the probe wakes this one.
+			t = g.clk.NewTimer(max(wait, time.Millisecond))
+			tc = t.C()
+		}
+		var err error
+		select {
+		case <-ch:
+		case <-tc:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-c.Done:
+			err = store.ErrClosed
+		case <-done:
+			err = store.ErrClosed
+		case <-expired:
+			err = store.ErrWaitTooLong
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return Ticket{}, &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: g.Estimate(c.Route), Err: err}
+		}
+		g.mu.Lock()
+	}
+}
+
+// earliest reports whether seq is the earliest claim waiting on route;
+// g.mu is held.
+func (g *Gates) earliest(seq uint64, route string) bool {
+	for s, r := range g.waiting {
+		if s < seq && r == route {
+			return false
+		}
+	}
+	return true
+}
+
+// Estimate returns how long a claim on route is held at least.
+func (g *Gates) Estimate(route string) time.Duration {
+	if !g.Active() {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clk.Now()
+	var at time.Time
+	for _, k := range g.keys(route) {
+		at = later(at, g.gates[k].until)
+	}
+	return max(at.Sub(now), 0)
+}
+
+// Bind names the reservation of a probe, so that its report ends, extends
+// or releases the gates it probes.
+func (g *Gates) Bind(t Ticket, r *store.Reservation) {
+	if !t.Probe() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range t.Keys {
+		if gt := g.gates[k]; gt != nil && gt.probeID == t.ID {
+			gt.prober = r
+		}
+	}
+}
+
+// Abandon gives up the probe of a ticket whose request will not be sent.
+func (g *Gates) Abandon(t Ticket) {
+	if !t.Probe() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.release(t.Keys, t.ID, 0)
+}
+
+// release ends the probe id holds on keys; g.mu is held.
+func (g *Gates) release(keys []string, id string, penalty time.Duration) {
+	now := g.clk.Now()
+	for _, k := range keys {
+		if gt := g.gates[k]; gt != nil && gt.probeID == id {
+			gt.probeTo, gt.probeID, gt.prober = time.Time{}, "", nil
+			if penalty > 0 {
+				gt.until = later(gt.until, now.Add(penalty))
+			}
+		}
+	}
+	g.broadcast()
+	g.background(func(ctx context.Context) { _ = g.remote.Release(ctx, keys, id, penalty) })
+}
+
+// Settle applies what a request of claim c taught, reported through r.
+func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
+	blocked := u.Sent && u.Status == 429 && u.Scope == store.ScopeBlocked
+	if !blocked && !g.Active() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var probed []string
+	var id string
+	for k, gt := range g.gates {
+		if gt.prober == r && r != nil {
+			probed, id = append(probed, k), gt.probeID
+		}
+	}
+	switch {
+	case blocked:
+		g.block(c.Route, u, probed, id)
+	case len(probed) == 0:
+	case !u.Sent:
+		g.release(probed, id, 0)
+	case u.Status == 0:
+		// Sent, no answer: it may have met the block; wait before the next.
+		g.release(probed, id, g.base)
+	default:
+		for _, k := range probed {
+			delete(g.gates, k)
+		}
+		g.broadcast()
+		g.background(func(ctx context.Context) { _ = g.remote.Pass(ctx, probed, id) })
+	}
+}
+
+// block applies a block of route; probed are the gates the request probed
+// (under id). g.mu is held.
+func (g *Gates) block(route string, u *store.Update, probed []string, id string) {
+	key := route
+	if u.Ban {
+		key = All
+	} else if _, ok := g.gates[route]; !ok && g.routes() >= maxRoutes {
+		key = All // blocks on several routes: the IP is what is blocked
+	}
+	now := g.clk.Now()
+	gt := g.gates[key]
+	strike := gt == nil
+	if gt == nil {
+		gt = &gate{}
+		g.gates[key] = gt
+	}
+	for _, k := range probed {
+		strike = strike || k == key
+		if p := g.gates[k]; p != nil && p.probeID == id {
+			p.probeTo, p.probeID, p.prober = time.Time{}, "", nil
+		}
+	}
+	if strike {
+		gt.strikes++
+	}
+	pause := max(g.pause(max(gt.strikes, 1)), u.RetryAfter)
+	gt.until = later(gt.until, now.Add(pause))
+	gt.changed = now
+	g.broadcast()
+	g.background(func(ctx context.Context) {
+		st, err := g.remote.Block(ctx, key, strike, pause, g.base, g.max)
+		if err == nil {
+			g.mu.Lock()
+			g.merge([]State{st}, g.clk.Now())
+			g.broadcast()
+			g.mu.Unlock()
+		}
+	})
+}
+
+// Merge applies states that other processes made; now is when they were
+// read.
+func (g *Gates) Merge(states []State, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.merge(states, now)
+	g.broadcast()
+}
+
+// Replace makes the gates exactly states (a full read of the shared
+// store); now is when they were read.
+func (g *Gates) Replace(states []State, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := make(map[string]bool, len(states))
+	for _, st := range states {
+		seen[st.Key] = true
+	}
+	for k, gt := range g.gates {
+		// A gate this process changed since the read began may not have
+		// reached the shared store yet.
+		if !seen[k] && gt.probeID == "" && gt.changed.Before(now) {
+			delete(g.gates, k)
+		}
+	}
+	g.merge(states, now)
+	g.broadcast()
+}
+
+// merge applies shared states; g.mu is held. The shared store's word wins
+// for the pause and the strikes; a probe of this process keeps its lease
+// until the shared store names another.
+func (g *Gates) merge(states []State, now time.Time) {
+	for _, st := range states {
+		if st.Key == "" {
+			continue
+		}
+		gt := g.gates[st.Key]
+		if st.Gone {
+			if gt != nil {
+				delete(g.gates, st.Key)
+			}
+			continue
+		}
+		if gt == nil && st.Key != All && g.routes() >= maxRoutes {
+			st.Key = All // bounded whatever the shared store holds
+			gt = g.gates[All]
+		}
+		if gt == nil {
+			gt = &gate{}
+			g.gates[st.Key] = gt
+		}
+		// A pause only grows until a probe passes (Gone).
+		gt.until = later(gt.until, now.Add(st.Until))
+		gt.strikes = max(gt.strikes, st.Strikes)
+		if st.Probe > 0 && gt.probeID == "" {
+			gt.probeTo = now.Add(st.Probe)
+		} else if st.Probe <= 0 && gt.probeID == "" {
+			gt.probeTo = time.Time{}
+		}
+	}
+}
+
+// routes counts the route gates; g.mu is held.
+func (g *Gates) routes() int {
+	n := len(g.gates)
+	if _, ok := g.gates[All]; ok {
+		n--
+	}
+	return n
+}
+
+// Close stops calling the remote and waits for the calls under way.
+func (g *Gates) Close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.rwg.Wait()
+}
+
+// background runs f against the remote, if any, bounded by the timeout;
+// g.mu is held.
+func (g *Gates) background(f func(ctx context.Context)) {
+	if g.remote == nil || g.closed || g.rctx == nil || g.rctx.Err() != nil {
+		return
+	}
+	g.rwg.Add(1)
+	go func() {
+		defer g.rwg.Done()
+		ctx, cancel := context.WithTimeout(g.rctx, g.timeout)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func uitoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	return string(b[i:])
+}

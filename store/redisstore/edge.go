@@ -1,0 +1,170 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store/internal/edge"
+)
+
+// The Cloudflare blocks of the store live in one hash that every process
+// of the store shares (edge.lua). A process that changes it publishes a
+// note on the store's channel; every process then reads the hash again, as
+// it does when its subscription starts. The fast path reads only the
+// process's own copy (edge.Gates): while no block lasts, the blocks cost no
+// Redis command.
+
+// edgeRemote is the edge.Remote of a Store.
+type edgeRemote struct{ s *Store }
+
+var _ edge.Remote = edgeRemote{}
+
+func (s *Store) edgeKey() string {
+	return s.prefix + ":{" + digest("edge", s.invalidGroup) + "}:e"
+}
+
+func (s *Store) edgeChannel() string {
+	return s.prefix + ":edge:" + digest("edge", s.invalidGroup)
+}
+
+func (r edgeRemote) run(ctx context.Context, args ...any) (any, error) {
+	args = append(args, r.s.clockArg())
+	return edgeScript.Run(ctx, r.s.client, []string{r.s.edgeKey()}, args...).Result()
+}
+
+// publish tells the other processes that the gates changed.
+func (r edgeRemote) publish(ctx context.Context) {
+	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "1").Err()
+}
+
+func (r edgeRemote) Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (edge.State, error) {
+	v, err := r.run(ctx, "block", key, flag(strike), millis(pause), millis(first), millis(max))
+	if err != nil {
+		return edge.State{}, err
+	}
+	st, err := parseEdgeState(v)
+	if err == nil {
+		r.publish(ctx)
+	}
+	return st, err
+}
+
+func (r edgeRemote) Probe(ctx context.Context, keys []string, id string) (bool, []edge.State, error) {
+	v, err := r.run(ctx, "probe", strings.Join(keys, "\n"), id, millis(edge.Lease))
+	if err != nil {
+		return false, nil, err
+	}
+	if n, ok := v.(int64); ok && n == 1 {
+		return true, nil, nil
+	}
+	sts, err := parseEdgeStates(v)
+	return false, sts, err
+}
+
+func (r edgeRemote) Pass(ctx context.Context, keys []string, id string) error {
+	if _, err := r.run(ctx, "pass", strings.Join(keys, "\n"), id); err != nil {
+		return err
+	}
+	r.publish(ctx)
+	return nil
+}
+
+func (r edgeRemote) Release(ctx context.Context, keys []string, id string, penalty time.Duration) error {
+	if _, err := r.run(ctx, "release", strings.Join(keys, "\n"), id, millis(penalty)); err != nil {
+		return err
+	}
+	r.publish(ctx)
+	return nil
+}
+
+// readGates replaces the process's copy of the gates with Redis's.
+func (s *Store) readGates(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+	defer cancel()
+	at := time.Now()
+	v, err := edgeRemote{s}.run(ctx, "read")
+	if err != nil {
+		return err
+	}
+	sts, err := parseEdgeStates(v)
+	if err != nil {
+		return err
+	}
+	s.gates.Replace(sts, at)
+	return nil
+}
+
+// watchGates follows the store's channel until the Store closes: each note,
+// and each (re)subscription, reads the gates again.
+func (s *Store) watchGates() {
+	defer s.wg.Done()
+	ps := s.client.Subscribe(s.ctx, s.edgeChannel())
+	// A read of the subscription does not end with its context: closing
+	// the subscription ends it.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-s.done:
+		case <-stop:
+		}
+		_ = ps.Close()
+	}()
+	for {
+		msg, err := ps.Receive(s.ctx)
+		if s.ctx.Err() != nil {
+			return
+		}
+		switch msg.(type) {
+		case *redis.Subscription, *redis.Message:
+			_ = s.readGates(s.ctx)
+			continue
+		}
+		if err != nil {
+			// The subscription reconnects on the next Receive; do not spin.
+			select {
+			case <-s.done:
+				return
+			case <-time.After(s.probeEvery):
+			}
+		}
+	}
+}
+
+func parseEdgeStates(v any) ([]edge.State, error) {
+	a, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: edge: %T %v", errReply, v, v)
+	}
+	out := make([]edge.State, 0, len(a))
+	for _, x := range a {
+		st, err := parseEdgeState(x)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func parseEdgeState(v any) (edge.State, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 4 {
+		return edge.State{}, fmt.Errorf("%w: edge state: %T %v", errReply, v, v)
+	}
+	key, ok := a[0].(string)
+	if !ok {
+		return edge.State{}, fmt.Errorf("%w: edge key: %T", errReply, a[0])
+	}
+	until, err1 := replyInt(a, 1)
+	probe, err2 := replyInt(a, 2)
+	strikes, err3 := replyInt(a, 3)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return edge.State{}, fmt.Errorf("%w: edge state %v", errReply, a)
+	}
+	return edge.State{Key: key, Until: time.Duration(until) * time.Millisecond, Probe: time.Duration(probe) * time.Millisecond, Strikes: int(strikes)}, nil
+}

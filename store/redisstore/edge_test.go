@@ -1,0 +1,107 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/redisstore"
+)
+
+// TestBlockAcrossProcesses: a Cloudflare block one process meets holds the
+// route in another process sharing the store, and only one probe goes out
+// across both; its passing releases both.
+func TestBlockAcrossProcesses(t *testing.T) {
+	addr := redisAddr(t)
+	client := newClient(t, addr)
+	prefix := testPrefix(t)
+	pol := store.Policy{BlockPause: time.Second}
+	a := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+	route := "POST /channels/:id/messages"
+	ca := store.Claim{Credential: "edge-a", Route: route, Major: "channels/1"}
+	cb := store.Claim{Credential: "edge-b", Route: route, Major: "channels/2"}
+
+	// b follows the store's channel from its first Acquire on.
+	r, err := b.Acquire(ctx, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Cancel()
+	r, err = a.Acquire(ctx, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Report(ctx, store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Within a moment, b holds the route too.
+	deadline := time.Now().Add(2 * time.Second)
+	for b.BlockedFor(route) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("process b never learned of the block process a met")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	nowait := cb
+	nowait.NoWait = true
+	if _, err := b.Acquire(ctx, nowait); !errors.Is(err, store.ErrWaitTooLong) {
+		t.Fatalf("process b during the block: Acquire = %v; want ErrWaitTooLong", err)
+	}
+
+	// After the pause, one probe across both processes.
+	type res struct {
+		r   *store.Reservation
+		err error
+	}
+	got := make(chan res, 2)
+	for _, s := range []*redisstore.Store{a, b} {
+		c := ca
+		if s == b {
+			c = cb
+		}
+		go func() {
+			r, err := s.Acquire(ctx, c)
+			got <- res{r, err}
+		}()
+	}
+	var probe res
+	select {
+	case probe = <-got:
+		if probe.err != nil {
+			t.Fatal(probe.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no probe after the pause")
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a second request went while the probe was out (err %v)", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := probe.r.Report(ctx, store.Update{Sent: true, Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		r.r.Cancel()
+	case <-time.After(3 * time.Second):
+		t.Fatal("the other process stayed blocked after the probe passed")
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if r, err := a.Acquire(wctx, ca); err != nil {
+		t.Fatalf("after the block: %v", err)
+	} else {
+		r.Cancel()
+	}
+}
