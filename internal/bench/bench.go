@@ -175,6 +175,10 @@ type Scenario struct {
 	// Deadline, if positive, is the deadline every request of the
 	// scenario carries; the table reports how late they returned.
 	Deadline time.Duration
+	// WaitNote, if set, says which requests the scenario records with
+	// [Env.Interactive] when they are not urgent replies; the table's
+	// footer prints it.
+	WaitNote string
 }
 
 // Result is what one run of a scenario with a limiter measured.
@@ -199,6 +203,8 @@ type Result struct {
 	User         int     `json:"429_user"`
 	Global       int     `json:"429_global"`
 	Shared       int     `json:"429_shared"`
+	// Edge counts the header-less 429s of Discord's edge (a blocked IP).
+	Edge         int     `json:"429_edge"`
 	Unauthorized int     `json:"401"`
 	Bans         int     `json:"bans"`
 	Banned       int     `json:"banned_responses"`
@@ -423,7 +429,7 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
 	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
 		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
-		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Unauthorized: st.ByStatus[401], Bans: st.Bans,
+		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Unauthorized: st.ByStatus[401], Bans: st.Bans,
 		Banned: st.BannedResponses}
 	end := start.Add(d)
 	var counted []discordtest.LogEntry
@@ -582,6 +588,7 @@ func (w *Row) aggregate() {
 		a.User += r.User
 		a.Global += r.Global
 		a.Shared += r.Shared
+		a.Edge += r.Edge
 		a.Unauthorized += r.Unauthorized
 		a.Bans += r.Bans
 		a.Banned += r.Banned
@@ -655,7 +662,7 @@ func PrintTable(w io.Writer, rows []Row) {
 	if repeated {
 		head += "min util\t"
 	}
-	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
+	head += "avoidable 429\tunavoidable 429\tuser/global/shared\tedge 429\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
 		head += "redis cmd/req\tredis cpu µs/req\t"
 	}
@@ -681,8 +688,8 @@ func PrintTable(w io.Writer, rows []Row) {
 		if r.WaitN > 0 {
 			wait = fmt.Sprintf("%.0f/%.0f", r.WaitP50, r.WaitP99)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
-			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
+			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Edge, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
 		if store {
 			per := "-"
 			if r.StoreCommands > 0 {
