@@ -135,6 +135,16 @@ func (e *Env) Goroutines(ctx context.Context, n int, f func(ctx context.Context,
 	wg.Wait()
 }
 
+// Rename sends a rename of channel path ("/channels/{id}"), numbered in the
+// order this process issues them, so that the run can tell whether the
+// limiter sent a rename while one issued earlier was still waiting (see
+// [Result].Overtaken).
+func (e *Env) Rename(ctx context.Context, path string) (int, error) {
+	n := e.rec.order.issue()
+	defer e.rec.order.done(n)
+	return send(ctx, e, http.MethodPatch, path, Bot, renameBody(n))
+}
+
 // Overshoot records how long after its deadline a request returned.
 func (e *Env) Overshoot(d time.Duration) { e.rec.add(d) }
 
@@ -179,6 +189,9 @@ type Scenario struct {
 	// [Env.Interactive] when they are not urgent replies; the table's
 	// footer prints it.
 	WaitNote string
+	// Renames reports that the load renames channels with [Env.Rename]:
+	// the table's footer then says how many renames overtook earlier ones.
+	Renames bool
 }
 
 // Result is what one run of a scenario with a limiter measured.
@@ -215,6 +228,10 @@ type Result struct {
 	OverP99      float64 `json:"deadline_overshoot_p99_ms,omitempty"`
 	OverMax      float64 `json:"deadline_overshoot_max_ms,omitempty"`
 	OverN        int     `json:"deadline_requests,omitempty"`
+	// Overtaken counts the renames (sent with [Env.Rename]) that a limiter
+	// sent to the emulator while a rename its process had issued at least a
+	// millisecond earlier had not been sent yet.
+	Overtaken int `json:"renames_overtaken,omitempty"`
 	// WaitP50 and WaitP99 are the percentiles of how long interactive
 	// requests took (scenarios with interactive traffic; WaitN samples).
 	WaitP50 float64 `json:"interactive_wait_p50_ms,omitempty"`
@@ -383,8 +400,9 @@ func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	if rec == nil {
 		rec = &recorder{}
 	}
-	base := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
-	defer base.CloseIdleConnections()
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	base := &orderTransport{next: tr, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
 	defer c.Close()
 	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
@@ -410,6 +428,8 @@ type WorkerReport struct {
 	Counted       bool  `json:"counted"`
 	// Errors counts requests that got no response.
 	Errors int `json:"errors"`
+	// Overtaken counts renames sent while an earlier one waited.
+	Overtaken int `json:"renames_overtaken,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -421,7 +441,7 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
 	rec.mu.Lock()
 	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), Waits: append([]time.Duration(nil), rec.waits...),
-		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors}
+		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors, Overtaken: rec.order.count() + rec.overtaken}
 	rec.mu.Unlock()
 	return json.NewEncoder(w).Encode(rep)
 }
@@ -478,6 +498,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
 	}
 	r.Errors = rec.errors
+	r.Overtaken = rec.order.count() + rec.overtaken
 	if rec.counted {
 		r.StoreCommands = rec.commands
 		if st.Requests > 0 {
@@ -494,6 +515,10 @@ type recorder struct {
 	errors   int
 	commands int64
 	counted  bool
+	// overtaken adds up the overtaken renames of worker processes; order
+	// follows this process's own.
+	overtaken int
+	order     orderBook
 }
 
 // merge adds a worker's report.
@@ -503,6 +528,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.over = append(r.over, rep.Overshoots...)
 	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
+	r.overtaken += rep.Overtaken
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -593,6 +619,7 @@ func (w *Row) aggregate() {
 		a.Bans += r.Bans
 		a.Banned += r.Banned
 		a.Errors += r.Errors
+		a.Overtaken += r.Overtaken
 		a.StoreCommands += r.StoreCommands
 		a.StoreCPU += r.StoreCPU
 		a.late = append(a.late, r.late...)

@@ -357,3 +357,48 @@ func TestScenarioSets(t *testing.T) {
 		}
 	}
 }
+
+func TestOrderBook(t *testing.T) {
+	t.Parallel()
+	var o orderBook
+	a := o.issue()
+	time.Sleep(2 * orderSlack)
+	b, c := o.issue(), o.issue()
+	o.sent(a)
+	o.sent(c) // b was issued together with c: no order to keep
+	o.sent(b)
+	if o.count() != 0 {
+		t.Fatalf("overtaken = %d after requests sent in order or issued together; want 0", o.count())
+	}
+	d := o.issue()
+	time.Sleep(2 * orderSlack)
+	e := o.issue()
+	o.sent(e) // d waited, issued 2 ms earlier
+	o.sent(e) // a retry is no new sending
+	o.done(d) // the limiter gave up on d
+	if o.count() != 1 || len(o.waiting) != 0 {
+		t.Errorf("overtaken = %d, %d waiting; want 1, 0", o.count(), len(o.waiting))
+	}
+
+	// The transport reads the number from the rename's body.
+	var p orderBook
+	first, second := p.issue(), p.issue()
+	p.waiting[first] = p.waiting[first].Add(-time.Second)
+	tr := &orderTransport{next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	}), book: &p}
+	req, _ := http.NewRequest(http.MethodPatch, "http://x/api/v10/channels/1", strings.NewReader(renameBody(second)))
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := io.ReadAll(req.Body); string(data) != renameBody(second) {
+		t.Errorf("the request's body after the transport = %q; want it untouched", data)
+	}
+	if p.count() != 1 {
+		t.Errorf("overtaken through the transport = %d; want 1", p.count())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -182,6 +182,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
 			}
 		}
+		for _, r := range rows {
+			if sc, ok := findScenario(scs, r.Scenario); ok && sc.Renames {
+				fmt.Fprintf(stdout, "\n%s/%s: %d renames sent to Discord while a rename issued earlier (by 1 ms or more, same process) still waited.",
+					r.Scenario, r.Limiter, r.Overtaken)
+			}
+		}
 		fmt.Fprintln(stdout)
 	}
 	if *check {
@@ -308,6 +314,15 @@ func pick(n discordtest.Network, list string) ([]Scenario, error) {
 		}
 	}
 	return out, nil
+}
+
+func findScenario(scs []Scenario, name string) (Scenario, bool) {
+	for _, s := range scs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
 }
 
 func findLimiter(ls []Limiter, name string) (Limiter, bool) {

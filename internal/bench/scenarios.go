@@ -366,7 +366,8 @@ func Unannounced(n discordtest.Network) []Scenario {
 // of 2 per second, while another goroutine edits the same channel without
 // renaming it (its position) every 100 ms: those edits share the bucket but
 // not the sublimit, and the time each took is recorded as the scenario's
-// wait (the urgent wait column).
+// wait (the urgent wait column). Renames are numbered as issued, to count
+// those a limiter sends ahead of an earlier one still waiting.
 func sublimit() Scenario {
 	return Scenario{
 		Name: "sublimit",
@@ -381,12 +382,13 @@ func sublimit() Scenario {
 				sleep(ctx, 100*time.Millisecond)
 			})
 			env.Goroutines(ctx, 4, func(ctx context.Context, g int) {
-				send(ctx, env, "PATCH", "/channels/400", Bot, `{"name":"renamed"}`)
+				env.Rename(ctx, "/channels/400")
 			})
 		},
 		Max:      span(func(d time.Duration) float64 { return 2 * windows(d, time.Second) }),
 		Counted:  func(e discordtest.LogEntry) bool { return e.Bucket == "chan" && e.Renames },
 		WaitNote: "non-rename edits of the renamed channel",
+		Renames:  true,
 	}
 }
 
