@@ -50,7 +50,9 @@ type SharedLimit struct {
 // limit within any Block is banned, as by [WithInvalidRequestLimit], for
 // [WithBanDuration]. A client that waits a second after each block response
 // and then sends one probe at a time sends about one request per second into
-// a block, so BanAfter should exceed Block in seconds.
+// a block, besides the requests it had in flight when the block started, so
+// for such a client not to be banned BanAfter should exceed Block in seconds
+// plus its concurrency.
 //
 // See [Stats] for which block responses are avoidable.
 type EdgeLimit struct {
