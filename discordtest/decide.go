@@ -27,11 +27,13 @@ const (
 type counterKind uint8
 
 const (
-	kindBucket   counterKind = iota // cred, hash, major
-	kindGlobal                      // cred
-	kindShared                      // hash = index of the SharedLimit, major = resource
-	kindSublimit                    // major = channels/{id}
-	kindInvalid                     // cred = client IP
+	kindBucket     counterKind = iota // cred, hash, major
+	kindGlobal                        // cred
+	kindShared                        // hash = index of the SharedLimit, major = resource
+	kindSublimit                      // major = channels/{id}
+	kindInvalid                       // cred = client IP
+	kindEdge                          // cred = client IP, hash = index of the EdgeLimit
+	kindEdgeStrike                    // cred = client IP, hash = index of the EdgeLimit: requests into its blocks
 )
 
 // counterKey names one counter.
@@ -51,6 +53,23 @@ type deliveredKey struct {
 	route string
 }
 
+// renameKey names the renames of one channel by one credential, for telling
+// avoidable sublimit 429s apart.
+type renameKey struct {
+	cred    string
+	channel string // channels/{id}
+}
+
+// renameTold is a sublimit 429 sent to a credential: when it reached the
+// client and when its retry_after ran out.
+type renameTold struct {
+	delivered, end time.Time
+}
+
+// maxRenameTold bounds the sublimit 429s remembered per credential and
+// channel; the newest are kept.
+const maxRenameTold = 16
+
 // result is the emulator's decision about one request.
 type result struct {
 	decided   time.Time
@@ -59,6 +78,7 @@ type result struct {
 	retry     time.Duration // retry_after of a 429
 	headers   *bucketHeaders
 	banned    bool // the client IP is banned: Cloudflare's 429
+	edge      bool // an edge limit blocks the client IP: Cloudflare's JSON 429
 	avoidable bool // a 429 the client could have avoided
 	route     string
 	hash      string
@@ -91,8 +111,9 @@ func (s *Server) decide(q *request, back time.Duration) result {
 	return res
 }
 
-// judge applies the limits in Discord's order: Cloudflare ban, token, global
-// limit, shared resource, bucket, hidden sublimit, then the resource itself.
+// judge applies the limits in Discord's order: Cloudflare ban, edge limits,
+// token, global limit, shared resource, bucket, hidden sublimit, then the
+// resource itself.
 func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 	var res result
 	var b Bucket
@@ -105,6 +126,9 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 	}
 	if until, ok := s.bans[q.ip]; ok && now.Before(until) {
 		res.banned, res.status = true, http.StatusTooManyRequests
+		return res
+	}
+	if s.judgeEdge(q, &res, now, back) {
 		return res
 	}
 
@@ -139,9 +163,13 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 
 	if c != nil {
 		if ok, wait := c.check(now, l); !ok {
-			at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
-			res.avoidable = told && !at.After(q.sent)
+			if b.Claim.claims() {
+				res.avoidable = s.toldByClaim(q, b, now, back)
+			} else {
+				at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
+				res.avoidable = told && !at.After(q.sent)
+			}
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
 			return res
@@ -152,6 +180,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		key := counterKey{kind: kindSublimit, major: q.resource}
 		if ok, wait := take(s.counter(key, true), now, s.limitsFor(key)); !ok {
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
+			res.avoidable = s.toldOfRename(q, now, back, wait)
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
 			return res
@@ -174,6 +203,41 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		res.gateway = s.maxConcurrency
 	}
 	return res
+}
+
+// toldByClaim reports whether a bucket whose headers make a claim had
+// already refused the credential on the same major parameter with a 429
+// that reached the client before q was sent: headers that claim room the
+// bucket does not have are no excuse for repeating a 429. It remembers this
+// 429's arrival at the client.
+func (s *Server) toldByClaim(q *request, b Bucket, now time.Time, back time.Duration) bool {
+	key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
+	at, told := s.claimTold[key]
+	if arrives := now.Add(back); !told || arrives.Before(at) {
+		s.claimTold[key] = arrives
+	}
+	return told && !at.After(q.sent)
+}
+
+// toldOfRename reports whether a rename refused by the hidden sublimit was
+// sent after an earlier sublimit 429 on the same channel had reached the
+// credential and before that 429's retry_after had run out. It remembers
+// this 429, whose retry_after is wait.
+func (s *Server) toldOfRename(q *request, now time.Time, back, wait time.Duration) bool {
+	key := renameKey{cred: q.cred, channel: q.resource}
+	told := s.renameTold[key]
+	avoidable := false
+	for _, t := range told {
+		if !t.delivered.After(q.sent) && q.sent.Before(t.end) {
+			avoidable = true
+			break
+		}
+	}
+	if len(told) >= maxRenameTold {
+		told = append(told[:0], told[1:]...)
+	}
+	s.renameTold[key] = append(told, renameTold{delivered: now.Add(back), end: now.Add(wait)})
+	return avoidable
 }
 
 // authorized reports whether an Authorization value is accepted. Requests
@@ -216,7 +280,10 @@ func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits
 	}
 	st := c.state(now, l)
 	h := &bucketHeaders{hash: b.Hash, limit: b.Limit, remaining: st.remaining, resetAfter: st.resetAfter}
-	if b.Announced > 0 {
+	switch {
+	case b.Claim.claims():
+		h.limit, h.remaining, h.resetAfter = b.Claim.Limit, b.Claim.Remaining, s.scale(b.Claim.ResetAfter)
+	case b.Announced > 0:
 		h.limit = b.Announced
 		h.remaining = min(h.remaining, b.Announced)
 	}
@@ -285,8 +352,7 @@ func (s *Server) countInvalid(ip string, now time.Time) {
 	log := s.counter(key, false).(*slidingLog)
 	log.add(now, l)
 	if log.count(now, l) > l.limit {
-		s.bans[ip] = now.Add(s.scale(s.cfg.banDuration))
-		s.stats.bans++
+		s.ban(ip, now)
 	}
 }
 
@@ -302,7 +368,7 @@ func (s *Server) counter(key counterKey, fixed bool) counter {
 		return c
 	}
 	switch {
-	case key.kind == kindGlobal || key.kind == kindInvalid:
+	case key.kind == kindGlobal || key.kind == kindInvalid || key.kind == kindEdge || key.kind == kindEdgeStrike:
 		c = &slidingLog{}
 	case fixed:
 		c = &fixedWindow{}
@@ -327,14 +393,23 @@ func (s *Server) limitsFor(key counterKey) limits {
 		return limits{limit: sh.Limit, window: s.scale(sh.Window)}
 	case kindSublimit:
 		return limits{limit: s.cfg.sublimit, window: s.scale(s.cfg.sublimitWindow)}
+	case kindEdge:
+		i, _ := strconv.Atoi(key.hash)
+		e := s.edge[i]
+		return limits{limit: e.Limit, window: s.scale(e.Window)}
+	case kindEdgeStrike:
+		i, _ := strconv.Atoi(key.hash)
+		e := s.edge[i]
+		return limits{limit: e.BanAfter, window: s.scale(e.Block)}
 	default:
 		return limits{limit: s.cfg.invalidLimit, window: s.scale(s.cfg.invalidWindow)}
 	}
 }
 
 // sweep drops, every sweepEvery, the counters that have fully reset, ended
-// bans, and what clients were told about buckets they no longer have a counter
-// for, so memory stays bounded by recent traffic.
+// bans and edge blocks, what clients were told about buckets they no longer
+// have a counter for, and sublimit 429s whose retry_after ran out more than
+// sweepEvery ago, so memory stays bounded by recent traffic.
 func (s *Server) sweep(now time.Time) {
 	if now.Sub(s.lastSweep) < sweepEvery {
 		return
@@ -353,6 +428,21 @@ func (s *Server) sweep(now time.Time) {
 	for key := range s.delivered {
 		if !live[deliveredKey{cred: key.cred, hash: key.hash}] {
 			delete(s.delivered, key)
+		}
+	}
+	for key := range s.claimTold {
+		if _, ok := s.counters[key]; !ok {
+			delete(s.claimTold, key)
+		}
+	}
+	for key, told := range s.renameTold {
+		if len(told) == 0 || told[len(told)-1].end.Before(now.Add(-sweepEvery)) {
+			delete(s.renameTold, key)
+		}
+	}
+	for key, ep := range s.edgeBlocks {
+		if !now.Before(ep.until) {
+			delete(s.edgeBlocks, key)
 		}
 	}
 	for ip, until := range s.bans {

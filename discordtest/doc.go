@@ -37,8 +37,11 @@
 //   - What headers do not say: the hidden sublimit on renaming a channel
 //     ([WithHiddenSublimit]), busy resources answering 429 with scope shared
 //     ([WithSharedLimit]), an X-RateLimit-Limit that understates the real
-//     limit ([Bucket].Announced) and a server clock that disagrees with the
-//     client's ([WithClockSkew]).
+//     limit ([Bucket].Announced), headers that claim room a bucket does not
+//     have ([Bucket].Claim), a limit of Discord's edge per client IP whose
+//     429s carry no rate-limit headers and block the IP for a while, with a
+//     ban for hammering a block ([WithEdgeLimit]), and a server clock that
+//     disagrees with the client's ([WithClockSkew]).
 //   - Invalid requests (401, 403, 429 except scope shared, 404 from a
 //     webhook) counted per client IP, and a Cloudflare ban above the
 //     threshold: 429 with an HTML body ("error code: 1015"), no rate-limit

@@ -36,6 +36,46 @@ type SharedLimit struct {
 	RetryAfter time.Duration
 }
 
+// EdgeLimit is a limit of Discord's edge (Cloudflare), in front of the API:
+// requests from one client IP, whatever their token, limited to Limit per
+// Window (at most Limit in any Window). No header announces it. The request
+// that exceeds it starts a block of that IP for Block: while the block lasts,
+// every request of the IP on the limit's routes gets Cloudflare's 429 with
+// the static JSON body {"code": 0, "message": "You are being blocked from
+// accessing our API temporarily ..."} and no X-RateLimit-* headers, no Via
+// and no Retry-After. Requests refused by a block do not count towards the
+// limit, nor as invalid requests.
+//
+// An IP that sends more than BanAfter requests into active blocks of the
+// limit within any Block is banned, as by [WithInvalidRequestLimit], for
+// [WithBanDuration]. A client that waits a second after each block response
+// and then sends one probe at a time sends about one request per second into
+// a block, besides the requests it had in flight when the block started, so
+// for such a client not to be banned BanAfter should exceed Block in seconds
+// plus its concurrency.
+//
+// See [Stats] for which block responses are avoidable.
+type EdgeLimit struct {
+	// Route is a route template as in [Route]; empty matches every route.
+	Route string
+	// Limit is the number of requests allowed per Window; it must be
+	// positive.
+	Limit int
+	// Window is the length of the sliding window before the time scale; it
+	// must be positive.
+	Window time.Duration
+	// Block is how long the IP stays blocked, before the time scale; it
+	// must be positive.
+	Block time.Duration
+	// BanAfter is how many requests into active blocks within Block an IP
+	// may send before it is banned. Zero means 10; a negative value never
+	// bans.
+	BanAfter int
+}
+
+// defaultEdgeBanAfter is [EdgeLimit].BanAfter when it is zero.
+const defaultEdgeBanAfter = 10
+
 // config is everything NewServer is told, before it is checked.
 type config struct {
 	addr           string
@@ -56,6 +96,7 @@ type config struct {
 	sublimit       int
 	sublimitWindow time.Duration
 	shared         []SharedLimit
+	edge           []EdgeLimit
 	invalidLimit   int
 	invalidWindow  time.Duration
 	banDuration    time.Duration
@@ -206,6 +247,12 @@ func WithHiddenSublimit(limit int, window time.Duration) Option {
 // WithSharedLimit adds a busy resource; see [SharedLimit].
 func WithSharedLimit(l SharedLimit) Option {
 	return optionFunc(func(c *config) { c.shared = append(c.shared, l) })
+}
+
+// WithEdgeLimit adds a limit of Discord's edge per client IP; see
+// [EdgeLimit]. There is none by default.
+func WithEdgeLimit(l EdgeLimit) Option {
+	return optionFunc(func(c *config) { c.edge = append(c.edge, l) })
 }
 
 // WithInvalidRequestLimit sets how many invalid requests (401, 403, 429

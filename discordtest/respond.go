@@ -34,6 +34,13 @@ func (s *Server) respond(w http.ResponseWriter, q *request, res result) {
 		_, _ = io.WriteString(w, banPage)
 		return
 	}
+	if res.edge {
+		h.Set("Date", date)
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, edgeBlockBody)
+		return
+	}
 	h.Set("Date", date)
 	h.Set("Via", "1.1 google")
 	if b := res.headers; b != nil {

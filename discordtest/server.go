@@ -22,6 +22,10 @@ import (
 // not in the table.
 var ErrUnknownBucket = errors.New("discordtest: unknown bucket hash")
 
+// errEdgeLimit is returned for an edge limit without a positive limit,
+// window and block.
+var errEdgeLimit = errors.New("edge limit: need a positive limit, window and block")
+
 // errNotLoopback is wrapped when an address is not a loopback address.
 var errNotLoopback = errors.New("discordtest: only loopback addresses are allowed")
 
@@ -36,8 +40,9 @@ const shutdownTimeout = 5 * time.Second
 // concurrent use, also while requests are being served.
 type Server struct {
 	// mu guards the tables (buckets, routes, globalLimit, maxConcurrency,
-	// tokens, deleted resources), the counters, delivered, bans, the
-	// snowflake sequence, lastSweep and stats.
+	// tokens, deleted resources), the counters, delivered, claimTold,
+	// renameTold, edgeBlocks, bans, the snowflake sequence, lastSweep and
+	// stats.
 	mu              sync.Mutex
 	buckets         map[string]Bucket
 	routes          []route
@@ -49,6 +54,9 @@ type Server struct {
 	deletedWebhooks map[string]bool
 	counters        map[counterKey]counter
 	delivered       map[deliveredKey]time.Time // when a bucket's headers first reached a credential
+	claimTold       map[counterKey]time.Time   // when a 429 of a bucket with a Claim first reached a credential
+	renameTold      map[renameKey][]renameTold // sublimit 429s sent per credential and channel
+	edgeBlocks      map[edgeKey]*edgeEpisode   // blocks by edge limits, per client IP
 	bans            map[string]time.Time       // client IP -> end of its ban
 	seq             int64                      // snowflake sequence
 	lastSweep       time.Time
@@ -57,6 +65,7 @@ type Server struct {
 	// Fixed after construction.
 	cfg       config
 	shared    []sharedLimit
+	edge      []edgeLimit
 	now       func() time.Time
 	delays    *delays
 	credKey   []byte // HMAC key for credential IDs
@@ -140,6 +149,10 @@ func newServer(opts []Option) (*Server, error) {
 		}
 		shared = append(shared, l)
 	}
+	edge, err := newEdgeLimits(cfg.edge)
+	if err != nil {
+		return nil, fmt.Errorf("discordtest: %w", err)
+	}
 	if cfg.sublimit > 0 && cfg.sublimitWindow <= 0 {
 		return nil, errors.New("discordtest: hidden sublimit window must be positive")
 	}
@@ -163,9 +176,13 @@ func newServer(opts []Option) (*Server, error) {
 		deletedWebhooks: idSet(cfg.deletedHook),
 		counters:        make(map[counterKey]counter),
 		delivered:       make(map[deliveredKey]time.Time),
+		claimTold:       make(map[counterKey]time.Time),
+		renameTold:      make(map[renameKey][]renameTold),
+		edgeBlocks:      make(map[edgeKey]*edgeEpisode),
 		bans:            make(map[string]time.Time),
 		cfg:             cfg,
 		shared:          shared,
+		edge:            edge,
 		now:             cfg.now,
 		credKey:         key,
 		done:            make(chan struct{}),
@@ -329,6 +346,11 @@ func (s *Server) SetBucket(b Bucket) error {
 			delete(s.delivered, k)
 		}
 	}
+	for k := range s.claimTold {
+		if k.hash == b.Hash {
+			delete(s.claimTold, k)
+		}
+	}
 	return nil
 }
 
@@ -375,12 +397,16 @@ func (s *Server) DeleteWebhook(id string) {
 	s.deletedWebhooks[id] = true
 }
 
-// ResetLimits forgets every counter, ban and what clients have been told, as
-// if the emulator had just started; the tables and the stats are kept.
+// ResetLimits forgets every counter, ban, edge block and what clients have
+// been told, as if the emulator had just started; the tables and the stats
+// are kept.
 func (s *Server) ResetLimits() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.counters)
 	clear(s.delivered)
+	clear(s.claimTold)
+	clear(s.renameTold)
+	clear(s.edgeBlocks)
 	clear(s.bans)
 }

@@ -14,7 +14,8 @@ import (
 // got it:
 //   - every 429 with scope global is avoidable, since a client can keep its
 //     credential under the global limit;
-//   - a 429 with scope user from a bucket is avoidable when a response of
+//   - a 429 with scope user from a bucket is, unless the bucket makes a
+//     [Claim], avoidable when a response of
 //     the same route carrying that bucket's headers had reached the same
 //     credential (for any major parameter) by the time the client sent the
 //     request, and no live change of the bucket's limit has happened since.
@@ -24,11 +25,31 @@ import (
 //     several first requests racing for a new bucket, or the first request
 //     of a route that shares a busy bucket with routes the client knows, is
 //     unavoidable: nothing had told the client which bucket the route uses;
-//   - a 429 from the hidden sublimit and every 429 with scope shared are
-//     unavoidable, because no header announced them.
+//   - a 429 with scope user from a bucket with a [Claim] is avoidable when an
+//     earlier 429 of the same bucket and major parameter had reached the same
+//     credential by the time the client sent the request: its headers
+//     mislead, so the first 429 is unavoidable, but a client must not repeat
+//     one it was told about;
+//   - a 429 from the hidden sublimit is avoidable when the client sent the
+//     rename after an earlier sublimit 429 for the same channel had reached
+//     the same credential and before that 429's retry_after had run out
+//     (counted from when the emulator decided it); otherwise, as no header
+//     announces the sublimit, it is unavoidable;
+//   - every 429 with scope shared is unavoidable;
+//   - a block response of an [EdgeLimit] is avoidable when a block response
+//     of the same episode (the same limit and client IP, whatever the token)
+//     had reached the client before the request was sent, unless the request
+//     is a lone probe: sent at least one second (times the time scale) after
+//     the latest block response that had reached the client, with no earlier
+//     request of that IP into the block still awaiting its response. The
+//     first block response of an episode, and requests sent before any block
+//     response reached the client, are unavoidable. Of two requests in flight
+//     into a block at once, the one that reached the emulator second is
+//     judged against the first, not the other way round.
 //
 // Cloudflare bans are counted in BannedResponses and in ByStatus, not as
-// avoidable or unavoidable 429s.
+// avoidable or unavoidable 429s. Edge blocks are counted in EdgeBlocks, in
+// ByStatus and as avoidable or unavoidable 429s, but have no scope.
 type Stats struct {
 	// Requests is the number of requests answered.
 	Requests int
@@ -36,9 +57,12 @@ type Stats struct {
 	ByStatus map[int]int
 	// ByScope counts 429s by X-RateLimit-Scope: "user", "global", "shared".
 	ByScope map[string]int
+	// EdgeBlocks counts the header-less 429s of edge limits ([EdgeLimit]):
+	// responses to requests from a blocked IP.
+	EdgeBlocks int
 	// Avoidable counts 429s a correct client would not have got.
 	Avoidable int
-	// Unavoidable counts the other 429s with a scope.
+	// Unavoidable counts the other 429s with a scope or of an edge limit.
 	Unavoidable int
 	// Invalid counts invalid requests: 401, 403, 429 except scope shared, and
 	// 404 from a webhook.
@@ -96,6 +120,11 @@ type LogEntry struct {
 	Avoidable bool
 	// Banned marks a Cloudflare ban response.
 	Banned bool
+	// Edge marks a block response of an [EdgeLimit].
+	Edge bool
+	// Renames marks a PATCH /channels/{id} whose body sets name or topic,
+	// which counts against the hidden sublimit ([WithHiddenSublimit]).
+	Renames bool
 }
 
 // statsState accumulates the stats; the server's mutex guards it.
@@ -103,6 +132,7 @@ type statsState struct {
 	requests        int
 	byStatus        map[int]int
 	byScope         map[string]int
+	edgeBlocks      int
 	avoidable       int
 	unavoidable     int
 	invalid         int
@@ -129,6 +159,13 @@ func (s *Server) record(q *request, res *result) {
 	switch {
 	case res.banned:
 		st.bannedResponses++
+	case res.edge:
+		st.edgeBlocks++
+		if res.avoidable {
+			st.avoidable++
+		} else {
+			st.unavoidable++
+		}
 	case res.status == http.StatusTooManyRequests:
 		st.byScope[res.scope]++
 		if res.avoidable {
@@ -155,6 +192,8 @@ func (s *Server) record(q *request, res *result) {
 		Scope:      res.scope,
 		Avoidable:  res.avoidable,
 		Banned:     res.banned,
+		Edge:       res.edge,
+		Renames:    q.renames,
 	})
 	if len(st.log) >= 2*limit {
 		st.log = append([]LogEntry(nil), st.log[len(st.log)-limit:]...)
@@ -175,6 +214,7 @@ func (s *Server) Stats() Stats {
 		Requests:        st.requests,
 		ByStatus:        maps.Clone(st.byStatus),
 		ByScope:         maps.Clone(st.byScope),
+		EdgeBlocks:      st.edgeBlocks,
 		Avoidable:       st.avoidable,
 		Unavoidable:     st.unavoidable,
 		Invalid:         st.invalid,

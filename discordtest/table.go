@@ -29,7 +29,30 @@ type Bucket struct {
 	// instead of Limit, to emulate headers that understate the real limit.
 	// X-RateLimit-Remaining is then capped at Announced.
 	Announced int
+	// Claim, when its Limit is positive, fixes the X-RateLimit-Limit,
+	// -Remaining and -Reset-After every response of the bucket carries,
+	// 429s included, whatever its counters hold, to emulate headers that
+	// claim more room than the bucket has (or other room than it has), as
+	// Discord's reaction and ban-list routes do. Limit per Window is still
+	// enforced, with 429s of scope user whose retry_after is the real wait.
+	// Claim takes precedence over Announced.
+	Claim Claim
 }
+
+// Claim is what a bucket's rate-limit headers say regardless of its real
+// state; see [Bucket].Claim. The zero Claim claims nothing.
+type Claim struct {
+	// Limit is sent as X-RateLimit-Limit.
+	Limit int
+	// Remaining is sent as X-RateLimit-Remaining; at most Limit.
+	Remaining int
+	// ResetAfter is sent as X-RateLimit-Reset-After, and X-RateLimit-Reset
+	// is that far in the future, after the time scale.
+	ResetAfter time.Duration
+}
+
+// claims reports whether the claim is set.
+func (c Claim) claims() bool { return c.Limit > 0 }
 
 // Route maps a route template to a bucket hash.
 //
@@ -187,6 +210,8 @@ func validateBucket(b Bucket) error {
 		return fmt.Errorf("bucket %q: window %v must be positive", b.Hash, b.Window)
 	case b.Announced < 0:
 		return fmt.Errorf("bucket %q: announced limit %d is negative", b.Hash, b.Announced)
+	case b.Claim.Limit < 0 || (b.Claim.claims() && (b.Claim.Remaining < 0 || b.Claim.Remaining > b.Claim.Limit || b.Claim.ResetAfter < 0)):
+		return fmt.Errorf("bucket %q: claim %+v: want remaining within 0..limit and a reset not negative", b.Hash, b.Claim)
 	}
 	return nil
 }

@@ -135,6 +135,16 @@ func (e *Env) Goroutines(ctx context.Context, n int, f func(ctx context.Context,
 	wg.Wait()
 }
 
+// Rename sends a rename of channel path ("/channels/{id}"), numbered in the
+// order this process issues them, so that the run can tell whether the
+// limiter sent a rename while one issued earlier was still waiting (see
+// [Result].Overtaken).
+func (e *Env) Rename(ctx context.Context, path string) (int, error) {
+	n := e.rec.order.issue()
+	defer e.rec.order.done(n)
+	return send(ctx, e, http.MethodPatch, path, Bot, renameBody(n))
+}
+
 // Overshoot records how long after its deadline a request returned.
 func (e *Env) Overshoot(d time.Duration) { e.rec.add(d) }
 
@@ -175,6 +185,13 @@ type Scenario struct {
 	// Deadline, if positive, is the deadline every request of the
 	// scenario carries; the table reports how late they returned.
 	Deadline time.Duration
+	// WaitNote, if set, says which requests the scenario records with
+	// [Env.Interactive] when they are not urgent replies; the table's
+	// footer prints it.
+	WaitNote string
+	// Renames reports that the load renames channels with [Env.Rename]:
+	// the table's footer then says how many renames overtook earlier ones.
+	Renames bool
 }
 
 // Result is what one run of a scenario with a limiter measured.
@@ -199,6 +216,8 @@ type Result struct {
 	User         int     `json:"429_user"`
 	Global       int     `json:"429_global"`
 	Shared       int     `json:"429_shared"`
+	// Edge counts the header-less 429s of Discord's edge (a blocked IP).
+	Edge         int     `json:"429_edge"`
 	Unauthorized int     `json:"401"`
 	Bans         int     `json:"bans"`
 	Banned       int     `json:"banned_responses"`
@@ -209,6 +228,10 @@ type Result struct {
 	OverP99      float64 `json:"deadline_overshoot_p99_ms,omitempty"`
 	OverMax      float64 `json:"deadline_overshoot_max_ms,omitempty"`
 	OverN        int     `json:"deadline_requests,omitempty"`
+	// Overtaken counts the renames (sent with [Env.Rename]) that a limiter
+	// sent to the emulator while a rename its process had issued at least a
+	// millisecond earlier had not been sent yet.
+	Overtaken int `json:"renames_overtaken,omitempty"`
 	// WaitP50 and WaitP99 are the percentiles of how long interactive
 	// requests took (scenarios with interactive traffic; WaitN samples).
 	WaitP50 float64 `json:"interactive_wait_p50_ms,omitempty"`
@@ -377,8 +400,9 @@ func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	if rec == nil {
 		rec = &recorder{}
 	}
-	base := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
-	defer base.CloseIdleConnections()
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	base := &orderTransport{next: tr, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
 	defer c.Close()
 	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
@@ -404,6 +428,8 @@ type WorkerReport struct {
 	Counted       bool  `json:"counted"`
 	// Errors counts requests that got no response.
 	Errors int `json:"errors"`
+	// Overtaken counts renames sent while an earlier one waited.
+	Overtaken int `json:"renames_overtaken,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -415,7 +441,7 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
 	rec.mu.Lock()
 	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), Waits: append([]time.Duration(nil), rec.waits...),
-		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors}
+		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors, Overtaken: rec.order.count() + rec.overtaken}
 	rec.mu.Unlock()
 	return json.NewEncoder(w).Encode(rep)
 }
@@ -423,7 +449,7 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
 	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
 		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
-		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Unauthorized: st.ByStatus[401], Bans: st.Bans,
+		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Unauthorized: st.ByStatus[401], Bans: st.Bans,
 		Banned: st.BannedResponses}
 	end := start.Add(d)
 	var counted []discordtest.LogEntry
@@ -472,6 +498,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
 	}
 	r.Errors = rec.errors
+	r.Overtaken = rec.order.count() + rec.overtaken
 	if rec.counted {
 		r.StoreCommands = rec.commands
 		if st.Requests > 0 {
@@ -488,6 +515,10 @@ type recorder struct {
 	errors   int
 	commands int64
 	counted  bool
+	// overtaken adds up the overtaken renames of worker processes; order
+	// follows this process's own.
+	overtaken int
+	order     orderBook
 }
 
 // merge adds a worker's report.
@@ -497,6 +528,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.over = append(r.over, rep.Overshoots...)
 	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
+	r.overtaken += rep.Overtaken
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -582,10 +614,12 @@ func (w *Row) aggregate() {
 		a.User += r.User
 		a.Global += r.Global
 		a.Shared += r.Shared
+		a.Edge += r.Edge
 		a.Unauthorized += r.Unauthorized
 		a.Bans += r.Bans
 		a.Banned += r.Banned
 		a.Errors += r.Errors
+		a.Overtaken += r.Overtaken
 		a.StoreCommands += r.StoreCommands
 		a.StoreCPU += r.StoreCPU
 		a.late = append(a.late, r.late...)
@@ -655,7 +689,7 @@ func PrintTable(w io.Writer, rows []Row) {
 	if repeated {
 		head += "min util\t"
 	}
-	head += "avoidable 429\tunavoidable 429\tuser/global/shared\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
+	head += "avoidable 429\tunavoidable 429\tuser/global/shared\tedge 429\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
 		head += "redis cmd/req\tredis cpu µs/req\t"
 	}
@@ -681,8 +715,8 @@ func PrintTable(w io.Writer, rows []Row) {
 		if r.WaitN > 0 {
 			wait = fmt.Sprintf("%.0f/%.0f", r.WaitP50, r.WaitP99)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
-			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
+			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Edge, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
 		if store {
 			per := "-"
 			if r.StoreCommands > 0 {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,7 +91,7 @@ func TestCheck(t *testing.T) {
 // TestScenarioRuns runs one short scenario end to end: the emulator, the
 // load, the summary. It asserts only what must hold on any machine.
 func TestScenarioRuns(t *testing.T) {
-	sc, err := pick(Scenarios(discordtest.LANNetwork()), "shared-hash")
+	sc, err := pick(discordtest.LANNetwork(), "shared-hash")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +216,7 @@ func TestDeadlineScalesWithTheNetwork(t *testing.T) {
 	t.Parallel()
 	for _, name := range discordtest.NetworkProfiles() {
 		n, _ := discordtest.NetworkProfile(name)
-		sc, err := pick(Scenarios(n), "deadline")
+		sc, err := pick(n, "deadline")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,3 +225,180 @@ func TestDeadlineScalesWithTheNetwork(t *testing.T) {
 		}
 	}
 }
+
+// edgeAwareClient is the client the edge-block scenario asks for, built
+// only to show that the scenario can be passed: it keeps each bot under its
+// bucket (8 per second), stops for a second after every header-less 429
+// and then sends one probe at a time until a response is not one.
+type edgeAwareClient struct {
+	c       *http.Client
+	mu      sync.Mutex // guards the fields below
+	next    map[string]time.Time
+	blocked time.Time // no request before this
+	lastHit time.Time // when the latest block response came
+	probing bool      // after a block response, until a probe's response is not one
+	flying  int
+}
+
+func (e *edgeAwareClient) Do(ctx context.Context, method, url, auth string, body []byte) (int, error) {
+	e.mu.Lock()
+	slot := time.Now()
+	if n := e.next[auth]; n.After(slot) {
+		slot = n
+	}
+	e.next[auth] = slot.Add(125 * time.Millisecond)
+	e.mu.Unlock()
+	sleep(ctx, time.Until(slot))
+	for {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		e.mu.Lock()
+		wait := time.Until(e.blocked)
+		if wait <= 0 && !(e.probing && e.flying > 0) {
+			e.flying++
+			slot = time.Now()
+			e.mu.Unlock()
+			break
+		}
+		e.mu.Unlock()
+		sleep(ctx, max(wait, time.Millisecond))
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, url, nil)
+	req.Header.Set("Authorization", auth)
+	resp, err := e.c.Do(req)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.flying--
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Via") == "" && resp.Header.Get("X-RateLimit-Scope") == "" {
+		e.lastHit = time.Now()
+		e.blocked, e.probing = e.lastHit.Add(time.Second), true
+	} else if slot.After(e.lastHit) {
+		// A request sent before the latest block response says nothing
+		// of whether the block has ended.
+		e.probing = false
+	}
+	return resp.StatusCode, nil
+}
+
+func (e *edgeAwareClient) Close() error { return nil }
+
+// TestEdgeBlockCanBePassed runs the edge-block scenario with a client that
+// stops at the first block response and then probes once a second: it is
+// blocked, yet gets no avoidable 429 and no ban, on a LAN and at Discord's
+// latency.
+func TestEdgeBlockCanBePassed(t *testing.T) {
+	for _, name := range []string{discordtest.ProfileLAN, discordtest.ProfileDiscord} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			n, _ := discordtest.NetworkProfile(name)
+			sc, err := pick(n, "edge-block")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := Limiter{Name: "edge-aware", New: func(base http.RoundTripper, _ ClientConfig) Client {
+				return &edgeAwareClient{c: &http.Client{Transport: base}, next: map[string]time.Time{}}
+			}}
+			rs, err := Run(context.Background(), sc, []Limiter{lim}, Options{Duration: 2500 * time.Millisecond, Network: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rs[0]
+			if r.Edge == 0 || r.Successes == 0 {
+				t.Errorf("%d edge 429s, %d successes; want the edge limit to block a client sending 24 per second", r.Edge, r.Successes)
+			}
+			if r.Avoidable != 0 || r.Bans != 0 || r.Banned != 0 {
+				t.Errorf("%d avoidable 429s (%d edge), %d bans; want none", r.Avoidable, r.Edge, r.Bans)
+			}
+		})
+	}
+}
+
+func TestScenarioSets(t *testing.T) {
+	t.Parallel()
+	n := discordtest.LANNetwork()
+	def, un := names(Scenarios(n)), names(Unannounced(n))
+	seen := map[string]bool{}
+	for _, name := range append(append([]string(nil), def...), un...) {
+		if seen[name] {
+			t.Errorf("scenario %q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	for _, c := range []struct {
+		list string
+		want []string
+	}{
+		{"", def},
+		{SetDefault, def},
+		{SetUnannounced, un},
+		{SetAll, append(append([]string(nil), def...), un...)},
+		{"saturate, edge-block", []string{"saturate", "edge-block"}},
+	} {
+		scs, err := pick(n, c.list)
+		if err != nil {
+			t.Fatalf("pick(%q): %v", c.list, err)
+		}
+		if got := strings.Join(names(scs), ","); got != strings.Join(c.want, ",") {
+			t.Errorf("pick(%q) = %s; want %s", c.list, got, strings.Join(c.want, ","))
+		}
+	}
+	if _, err := pick(n, "nope"); err == nil {
+		t.Error("pick of an unknown scenario succeeded")
+	}
+	for _, want := range []string{"edge-block", "understated", "understated-bans", "sublimit"} {
+		if !strings.Contains(","+strings.Join(un, ",")+",", ","+want+",") {
+			t.Errorf("the %s set lacks %s", SetUnannounced, want)
+		}
+	}
+}
+
+func TestOrderBook(t *testing.T) {
+	t.Parallel()
+	var o orderBook
+	a := o.issue()
+	time.Sleep(2 * orderSlack)
+	b, c := o.issue(), o.issue()
+	o.sent(a)
+	o.sent(c) // b was issued together with c: no order to keep
+	o.sent(b)
+	if o.count() != 0 {
+		t.Fatalf("overtaken = %d after requests sent in order or issued together; want 0", o.count())
+	}
+	d := o.issue()
+	time.Sleep(2 * orderSlack)
+	e := o.issue()
+	o.sent(e) // d waited, issued 2 ms earlier
+	o.sent(e) // a retry is no new sending
+	o.done(d) // the limiter gave up on d
+	if o.count() != 1 || len(o.waiting) != 0 {
+		t.Errorf("overtaken = %d, %d waiting; want 1, 0", o.count(), len(o.waiting))
+	}
+
+	// The transport reads the number from the rename's body.
+	var p orderBook
+	first, second := p.issue(), p.issue()
+	p.waiting[first] = p.waiting[first].Add(-time.Second)
+	tr := &orderTransport{next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	}), book: &p}
+	req, _ := http.NewRequest(http.MethodPatch, "http://x/api/v10/channels/1", strings.NewReader(renameBody(second)))
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := io.ReadAll(req.Body); string(data) != renameBody(second) {
+		t.Errorf("the request's body after the transport = %q; want it untouched", data)
+	}
+	if p.count() != 1 {
+		t.Errorf("overtaken through the transport = %d; want 1", p.count())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -43,6 +43,10 @@ func policy(cfg ClientConfig) store.Policy {
 // a run of a ratecord row shows an avoidable 429, a ban, or a request that
 // returned more than 5 ms after its deadline.
 //
+// -scenario takes scenario names and the sets "default" (the suite of
+// [Scenarios], run when -scenario is not given), "unannounced" (the limits
+// no header announces, [Unannounced]) and "all".
+//
 // -latency picks the emulator's network profile ([discordtest.NetworkProfile]),
 // -repeat runs every scenario and limiter several times: each row then
 // gives the figures of all its runs and how many runs had an avoidable 429,
@@ -57,7 +61,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	fs.SetOutput(stderr)
 	var (
 		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter")
-		scenario  = fs.String("scenario", "all", "comma-separated scenarios to run, or all")
+		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
 		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
@@ -74,7 +78,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios: %s\n\nFlags:\n", strings.Join(names(Scenarios(discordtest.Network{})), ", "))
+		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
+			SetDefault, strings.Join(names(Scenarios(discordtest.Network{})), ", "),
+			SetUnannounced, strings.Join(names(Unannounced(discordtest.Network{})), ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -104,7 +110,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		all = []Limiter{RatecordRedis(rc), RatecordMemory(), NoLimiter()}
 	}
 	all = append(all, limiters...)
-	scs, err := pick(Scenarios(network), *scenario)
+	scs, err := pick(network, *scenario)
 	if err != nil {
 		return err
 	}
@@ -171,6 +177,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		for _, sc := range scs {
 			if sc.Deadline > 0 {
 				fmt.Fprintf(stdout, " %s: every request carries a %v deadline (50 ms + the longest round trip).", sc.Name, sc.Deadline)
+			}
+			if sc.WaitNote != "" {
+				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
+			}
+		}
+		for _, r := range rows {
+			if sc, ok := findScenario(scs, r.Scenario); ok && sc.Renames {
+				fmt.Fprintf(stdout, "\n%s/%s: %d renames sent to Discord while a rename issued earlier (by 1 ms or more, same process) still waited.",
+					r.Scenario, r.Limiter, r.Overtaken)
 			}
 		}
 		fmt.Fprintln(stdout)
@@ -267,24 +282,47 @@ func names(scs []Scenario) []string {
 	return n
 }
 
-func pick(scs []Scenario, list string) ([]Scenario, error) {
-	if list == "" || list == "all" {
-		return scs, nil
+// pick returns the scenarios for network n that list names: scenario names
+// and the sets SetDefault (also the empty list), SetUnannounced and SetAll,
+// separated by commas.
+func pick(n discordtest.Network, list string) ([]Scenario, error) {
+	def, un := Scenarios(n), Unannounced(n)
+	all := append(append([]Scenario(nil), def...), un...)
+	if list == "" {
+		return def, nil
 	}
 	var out []Scenario
-	for _, n := range strings.Split(list, ",") {
-		found := false
-		for _, s := range scs {
-			if s.Name == strings.TrimSpace(n) {
-				out = append(out, s)
-				found = true
+	for _, name := range strings.Split(list, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case SetDefault:
+			out = append(out, def...)
+		case SetUnannounced:
+			out = append(out, un...)
+		case SetAll:
+			out = append(out, all...)
+		default:
+			found := false
+			for _, s := range all {
+				if s.Name == name {
+					out = append(out, s)
+					found = true
+				}
 			}
-		}
-		if !found {
-			return nil, fmt.Errorf("unknown scenario %q (have %s)", n, strings.Join(names(scs), ", "))
+			if !found {
+				return nil, fmt.Errorf("unknown scenario %q (have %s, %s, %s, %s)", name, strings.Join(names(all), ", "), SetDefault, SetUnannounced, SetAll)
+			}
 		}
 	}
 	return out, nil
+}
+
+func findScenario(scs []Scenario, name string) (Scenario, bool) {
+	for _, s := range scs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
 }
 
 func findLimiter(ls []Limiter, name string) (Limiter, bool) {

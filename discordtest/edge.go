@@ -1,0 +1,181 @@
+package discordtest
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// edgeBlockBody is the body of a block by Discord's edge ([EdgeLimit]), as
+// Cloudflare sends it: static JSON without retry_after.
+const edgeBlockBody = `{"code": 0, "message": "You are being blocked from accessing our API temporarily due to exceeding our rate limits frequently. Please read our docs at https://discord.com/developers/docs/topics/rate-limits to prevent this moving forward."}`
+
+// probeGap is how long, before the time scale, a client is expected to wait
+// after a block response before it probes whether the block has ended.
+const probeGap = time.Second
+
+// maxEdgeAnswers bounds the block responses an episode remembers one by
+// one; older ones are folded into one time.
+const maxEdgeAnswers = 256
+
+// edgeLimit is an EdgeLimit with its route template parsed.
+type edgeLimit struct {
+	EdgeLimit
+	tmpl *template // nil matches every route
+}
+
+// newEdgeLimits checks and parses the edge limits.
+func newEdgeLimits(ls []EdgeLimit) ([]edgeLimit, error) {
+	out := make([]edgeLimit, 0, len(ls))
+	for _, l := range ls {
+		if l.Limit <= 0 || l.Window <= 0 || l.Block <= 0 {
+			return nil, errEdgeLimit
+		}
+		if l.BanAfter == 0 {
+			l.BanAfter = defaultEdgeBanAfter
+		}
+		e := edgeLimit{EdgeLimit: l}
+		if l.Route != "" {
+			t, err := parseTemplate(l.Route)
+			if err != nil {
+				return nil, err
+			}
+			e.tmpl = &t
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (e *edgeLimit) match(q *request) bool {
+	return e.tmpl == nil || e.tmpl.match(q.method, q.segs)
+}
+
+// edgeKey names the block of one edge limit for one client IP.
+type edgeKey struct {
+	ip    string
+	limit int // index in Server.edge
+}
+
+// edgeAnswer is one block response: when its request was sent and when the
+// response reached the client.
+type edgeAnswer struct {
+	sent, delivered time.Time
+}
+
+// edgeEpisode is one block of an IP by an edge limit: from the request that
+// exceeded the limit to the end of the block.
+type edgeEpisode struct {
+	until   time.Time
+	answers []edgeAnswer // oldest first
+	folded  time.Time    // the latest delivery of answers dropped from the list
+}
+
+// avoidable reports whether a request sent at sent, arriving during the
+// block, could have been avoided: a block response had reached the client
+// before it was sent, and the request is not a lone probe, that is, it was
+// sent less than gap after the latest block response the client had, or
+// while an earlier request into the block was still awaiting its response.
+func (ep *edgeEpisode) avoidable(sent time.Time, gap time.Duration) bool {
+	last, told := ep.folded, !ep.folded.IsZero() && !ep.folded.After(sent)
+	for _, a := range ep.answers {
+		if !a.delivered.After(sent) {
+			told = true
+			if a.delivered.After(last) {
+				last = a.delivered
+			}
+		}
+	}
+	if !told {
+		return false
+	}
+	if sent.Sub(last) < gap {
+		return true
+	}
+	for _, a := range ep.answers {
+		if !a.sent.After(sent) && a.delivered.After(sent) {
+			return true
+		}
+	}
+	return false
+}
+
+// answer remembers a block response.
+func (ep *edgeEpisode) answer(sent, delivered time.Time) {
+	if len(ep.answers) >= maxEdgeAnswers {
+		if d := ep.answers[0].delivered; d.After(ep.folded) {
+			ep.folded = d
+		}
+		ep.answers = append(ep.answers[:0], ep.answers[1:]...)
+	}
+	ep.answers = append(ep.answers, edgeAnswer{sent: sent, delivered: delivered})
+}
+
+// judgeEdge applies the edge limits to a request. It returns true when a
+// block refuses it, with res set to the edge's 429.
+func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Duration) bool {
+	if len(s.edge) == 0 {
+		return false
+	}
+	for i := range s.edge {
+		e := &s.edge[i]
+		if !e.match(q) {
+			continue
+		}
+		ep := s.edgeBlocks[edgeKey{ip: q.ip, limit: i}]
+		if ep == nil || !now.Before(ep.until) {
+			continue
+		}
+		res.status, res.edge = http.StatusTooManyRequests, true
+		res.avoidable = ep.avoidable(q.sent, s.scale(probeGap))
+		ep.answer(q.sent, now.Add(back))
+		s.edgeStrike(q.ip, i, now)
+		return true
+	}
+	// No block: count the request on every edge limit it falls under, unless
+	// one of them is full, which starts a block.
+	for i := range s.edge {
+		if !s.edge[i].match(q) {
+			continue
+		}
+		key := counterKey{kind: kindEdge, cred: q.ip, hash: strconv.Itoa(i)}
+		if ok, _ := s.counter(key, false).check(now, s.limitsFor(key)); !ok {
+			ep := &edgeEpisode{until: now.Add(s.scale(s.edge[i].Block))}
+			ep.answer(q.sent, now.Add(back))
+			s.edgeBlocks[edgeKey{ip: q.ip, limit: i}] = ep
+			res.status, res.edge = http.StatusTooManyRequests, true
+			return true
+		}
+	}
+	for i := range s.edge {
+		if s.edge[i].match(q) {
+			key := counterKey{kind: kindEdge, cred: q.ip, hash: strconv.Itoa(i)}
+			s.counter(key, false).add(now, s.limitsFor(key))
+		}
+	}
+	return false
+}
+
+// edgeStrike counts a request sent into an active block of edge limit i and
+// bans the IP once it has sent more than the limit's BanAfter within Block.
+func (s *Server) edgeStrike(ip string, i int, now time.Time) {
+	if s.edge[i].BanAfter < 0 {
+		return
+	}
+	key := counterKey{kind: kindEdgeStrike, cred: ip, hash: strconv.Itoa(i)}
+	l := s.limitsFor(key)
+	log := s.counter(key, false).(*slidingLog)
+	log.add(now, l)
+	if log.count(now, l) > l.limit {
+		s.ban(ip, now)
+	}
+}
+
+// ban bans a client IP for the ban duration.
+func (s *Server) ban(ip string, now time.Time) {
+	if until, ok := s.bans[ip]; ok && now.Before(until) {
+		return
+	}
+	s.bans[ip] = now.Add(s.scale(s.cfg.banDuration))
+	s.stats.bans++
+}
