@@ -239,6 +239,9 @@ func (t *Transport) claim(key routeKey, req *http.Request, rc control) store.Cla
 		Priority:   rc.priority,
 		Done:       t.done,
 	}
+	if t.cfg.reactions > 0 && isReaction(key.route) {
+		c.Spacing = t.cfg.reactions
+	}
 	if rc.hasMaxWait {
 		c.MaxWait, c.NoWait = rc.maxWait, rc.maxWait == 0
 	}

@@ -184,6 +184,13 @@ type Claim struct {
 	Priority Priority
 	// Done, when closed, releases the waiter with [ErrClosed]. It may be nil.
 	Done <-chan struct{}
+
+	// Spacing, when positive, holds the claim's bucket to one request in
+	// flight at a time, the next one no sooner than Spacing after the last
+	// response: for routes whose headers are known to overstate what
+	// Discord allows (reactions). A longer hold the store learned from a
+	// 429 stays. Zero means none beyond what the store learned.
+	Spacing time.Duration
 }
 
 // Settler is implemented by stores: it applies what a reservation's

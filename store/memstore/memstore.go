@@ -143,16 +143,17 @@ type cred struct {
 }
 
 type waiter struct {
-	seq    uint64
-	route  string
-	major  string
-	global bool
-	offset int64
-	b      *bucket // the bucket the waiter queues on or was granted from
-	stage  int     // stageBucket, stageGlobal or stageGranted
-	token  uint64  // the global window's token, once granted
-	urgent bool    // in the urgent lane
-	ready  chan struct{}
+	seq     uint64
+	route   string
+	major   string
+	global  bool
+	offset  int64
+	b       *bucket // the bucket the waiter queues on or was granted from
+	stage   int     // stageBucket, stageGlobal or stageGranted
+	token   uint64  // the global window's token, once granted
+	urgent  bool    // in the urgent lane
+	spacing int64   // the claim's Spacing in milliseconds
+	ready   chan struct{}
 }
 
 const (
@@ -180,6 +181,7 @@ func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration,
 		return 0, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
+	seed(b, c)
 	wait := s.estimate(cr, b, c, now)
 	if c.Global {
 		// The claims queued for the global window ahead of this one.
@@ -220,6 +222,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		return nil, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
+	seed(b, c)
 	if c.Global {
 		cr.global.configure(now, s.pol.Limit(c), millis(s.pol.GlobalWindow))
 	}
@@ -247,7 +250,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, spacing: millis(c.Spacing), ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)
@@ -343,6 +346,13 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 	return 0
 }
 
+// seed applies the claim's spacing to b, if any.
+func seed(b *bucket, c *store.Claim) {
+	if b != nil && c.Spacing > 0 {
+		b.Seed(millis(store.ClampDuration(c.Spacing)))
+	}
+}
+
 func handle(b *bucket) any {
 	if b == nil {
 		return nil
@@ -403,6 +413,7 @@ func (s *Store) pumpBucket(b *bucket, now int64) {
 			if nb == nil {
 				s.enterGlobal(cr, w, now)
 			} else {
+				nb.Seed(w.spacing)
 				nb.q.insert(w)
 				s.pumpBucket(nb, now)
 			}

@@ -52,7 +52,7 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 		bid := guessedID(guess, c.Route, c.Major)
 		keys := []string{k.routes(), k.cred(), k.global(), k.dead(c.Major), k.bucket(bid), k.bucket(pid), k.tickets(bid)}
 		args := []any{c.Route, guess, flag(c.Global), s.pol.Limit(&c), millis(s.pol.GlobalWindow),
-			millis(s.pol.GlobalHold), flag(c.TokenAuth), queued, s.clockArg()}
+			millis(s.pol.GlobalHold), flag(c.TokenAuth), queued, millis(store.ClampDuration(c.Spacing)), s.clockArg()}
 		var reply any
 		_, err := s.bounded(ctx, func(ctx context.Context) error {
 			var err error

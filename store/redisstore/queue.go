@@ -158,7 +158,7 @@ func (s *Store) dropTicket(q *lqueue, bid string) {
 
 // compatible reports whether two claims of one queue may share a claim call.
 func compatible(a, b *store.Claim) bool {
-	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.TokenAuth == b.TokenAuth
+	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.TokenAuth == b.TokenAuth && a.Spacing == b.Spacing
 }
 
 // driverLinger is how long a driver whose queue emptied waits for a new

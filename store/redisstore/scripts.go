@@ -210,7 +210,7 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, pref
 		c.Route, guess, flag(c.Global), s.pol.Limit(c), millis(s.pol.GlobalWindow),
 		millis(s.pol.GlobalHold), flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
-		digest(c.Major), extra,
+		digest(c.Major), extra, millis(store.ClampDuration(c.Spacing)),
 	)
 	st.claims = true
 }

@@ -23,7 +23,7 @@
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
-local UPDATE_ARGS, CLAIM_ARGS = 21, 16
+local UPDATE_ARGS, CLAIM_ARGS = 21, 17
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
 local LEASE_FLOOR = 64
@@ -216,6 +216,7 @@ end
 --  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
 --  15 major digest         16 extra slots for a lease (lent only from a bucket
 --                              nobody else waits on, with plenty free: a quarter at most)
+--  17 spacing (ms): the claim's seeded hold (see model.lua's seed), 0 none
 -- The invalid-request guard is not the script's: it counts per store (an
 -- IP address), on a key of its own (see invalid.lua).
 -- Reply, always an array whose first element is the kind:
@@ -235,6 +236,7 @@ local function claim(K, A)
   local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
   local majorDigest = A[15]
   local extra = tonumber(A[16]) or 0
+  local spacing = tonumber(A[17]) or 0
 
   local c = loadCred(K[2])
   local gpause, blocked = c.pause, c.blocked
@@ -298,6 +300,7 @@ local function claim(K, A)
     local pb = loadBucket(K[8], 1)
     if pb.pending > 0 then kind, B, b = 1, K[8], pb end
   end
+  seed(b, spacing)
 
   if not available(b, now, blocked) and (now < b.pause or now < blocked) then
     local scope = 3

@@ -71,6 +71,8 @@ func cases() []testCase {
 		{name: "GlobalSlidingWindow", serial: true, policy: store.Policy{GlobalWindow: slidingWindow}, run: testGlobalSlidingWindow},
 		{name: "Global429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testGlobal429},
 		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
+		{name: "LearnedHold", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedHold},
+		{name: "Spacing", run: testSpacing},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
@@ -940,6 +942,55 @@ func testUser429(h *harness) {
 	h.acquireNow(c2) // another major is not affected
 	r := h.granted(waiting, "request after a user 429")
 	h.notBefore(r, t0, retry+offset, "request after a user 429")
+}
+
+// testLearnedHold: a user 429 from a bucket whose headers said a slot
+// remained holds the bucket to one request in flight, the retry_after apart
+// counted from the last response, until a response names another limit.
+func testLearnedHold(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 10, 9, 200*time.Millisecond)
+	p := h.acquireNow(c) // the headers said 9 remained
+
+	const retry, offset = 250 * time.Millisecond, 20 * time.Millisecond
+	u := limits(c, "h", 10, 8, 150*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = retry
+	t0 := time.Now()
+	h.update(p, u)
+
+	r := h.granted(h.acquireAsync(h.t.Context(), c), "request after the 429")
+	h.notBefore(r, t0, retry+offset, "request after the 429")
+	// One at a time: the next waits for the response, then the hold.
+	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
+	t1 := time.Now()
+	h.update(r.p, limits(c, "h", 10, 9, 200*time.Millisecond))
+	r = h.granted(next, "second request after the hold")
+	h.notBefore(r, t1, retry+offset, "second request after the hold")
+
+	// A response naming another limit ends the hold.
+	h.update(r.p, limits(c, "h", 20, 19, 200*time.Millisecond))
+	h.acquireNow(c)
+	h.acquireNow(c)
+}
+
+// testSpacing: a claim's Spacing holds its bucket to one request in flight,
+// Spacing apart counted from the last response.
+func testSpacing(h *harness) {
+	const spacing = 200 * time.Millisecond
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 10, 9, far)
+	c.Spacing = spacing
+	p := h.acquireNow(c)
+	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
+	t0 := time.Now()
+	h.update(p, limits(c, "h", 10, 8, far))
+	r := h.granted(next, "second request after the spacing")
+	h.notBefore(r, t0, spacing, "second request after the spacing")
+	// Claims without the spacing are held while the bucket is.
+	plain := claim(c.Credential, routeCreate, major1)
+	h.mustWait(plain, watch)
 }
 
 // testShared429: a shared 429 delays its bucket by RetryAfter and leaves its
