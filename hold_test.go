@@ -108,3 +108,60 @@ func TestReactionsAreSpaced(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryKeepsItsPlace: a request retried after its 429 goes before the
+// requests that queued behind it while it was in flight.
+func TestRetryKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		order   []string
+		arrived = make(chan struct{})
+		release = make(chan struct{})
+		once    sync.Once
+	)
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", regexp.MustCompile(`/channels/\d+/messages`), func(r *http.Request) (*http.Response, error) {
+		id := r.URL.Query().Get("id")
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		resp := httpmock.NewStringResponse(200, `{}`)
+		if id == "a" {
+			once.Do(func() {
+				close(arrived)
+				<-release
+				resp = httpmock.NewStringResponse(429, `{"message":"You are being rate limited.","retry_after":0.3,"global":false}`)
+				resp.Header.Set("X-RateLimit-Scope", "user")
+			})
+		}
+		resp.Header.Set("X-RateLimit-Limit", "1")
+		resp.Header.Set("X-RateLimit-Remaining", "0")
+		resp.Header.Set("X-RateLimit-Reset-After", "0.050")
+		resp.Header.Set("X-RateLimit-Bucket", "m")
+		return resp, nil
+	})
+	c, _ := newClient(t, mock)
+	okResp(t)(do(t, c, "POST", api+"/channels/1/messages?id=first", "Bot a")) // learns the bucket
+	var wg sync.WaitGroup
+	send := func(id string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			okResp(t)(do(t, c, "POST", api+"/channels/1/messages?id="+id, "Bot a"))
+		}()
+	}
+	send("a")
+	<-arrived
+	send("b")
+	time.Sleep(20 * time.Millisecond)
+	send("c")
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := fmt.Sprint(order), "[first a a b c]"; got != want {
+		t.Errorf("the server saw %s; want %s", got, want)
+	}
+}

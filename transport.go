@@ -127,6 +127,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	var bo backoff.BackOff
 
 	for attempt := 1; ; attempt++ {
+		claim.Retry = attempt > 1 // a retry keeps its place in line
 		tel.queue(+1)
 		permit, err := t.store.Acquire(ctx, claim)
 		tel.queue(-1)

@@ -191,6 +191,12 @@ type Claim struct {
 	// Discord allows (reactions). A longer hold the store learned from a
 	// 429 stays. Zero means none beyond what the store learned.
 	Spacing time.Duration
+	// Retry reports that the request was granted before and is claimed
+	// again to be sent again (after a 429, a 5xx or a network error): it
+	// keeps its place, re-entering its lane ahead of the claims that wait
+	// there, behind the other retries, instead of behind requests that
+	// arrived after it.
+	Retry bool
 }
 
 // Settler is implemented by stores: it applies what a reservation's

@@ -153,6 +153,7 @@ type waiter struct {
 	token   uint64  // the global window's token, once granted
 	urgent  bool    // in the urgent lane
 	spacing int64   // the claim's Spacing in milliseconds
+	retry   bool    // the claim's Retry: it keeps its place in line
 	ready   chan struct{}
 }
 
@@ -250,7 +251,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, spacing: millis(c.Spacing), ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, spacing: millis(c.Spacing), retry: c.Retry, ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)

@@ -69,10 +69,15 @@ type waiter struct {
 }
 
 func isUrgent(w *waiter) bool { return w.claim.Priority == store.PriorityUrgent }
+func isRetry(w *waiter) bool  { return w.claim.Retry }
 
-// add places w in its lane of q (see store/internal/lane); s.mu must be
-// held.
+// add places w in its lane of q (see store/internal/lane), a retry at its
+// front; s.mu must be held.
 func (q *lqueue) add(w *waiter) {
+	if w.claim.Retry {
+		q.waiters = lane.Insert(q.waiters, lane.PlaceRetry(q.waiters, 0, isUrgent(w), isUrgent, isRetry), w)
+		return
+	}
 	q.waiters = lane.Insert(q.waiters, lane.Place(q.waiters, 0, isUrgent(w), isUrgent, q.streak), w)
 }
 

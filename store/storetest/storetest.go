@@ -62,6 +62,7 @@ func cases() []testCase {
 		{name: "LimitLowered", run: testLimitLowered},
 		{name: "FIFO", serial: true, run: testFIFO},
 		{name: "Priority", serial: true, run: testPriority},
+		{name: "RetryKeepsPlace", serial: true, policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testRetryKeepsPlace},
 		{name: "CancelWaiter", run: testCancelWaiter},
 		{name: "CancelGivesBackSlot", policy: store.Policy{GlobalWindow: far}, run: testCancelGivesBackSlot},
 		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
@@ -942,6 +943,32 @@ func testUser429(h *harness) {
 	h.acquireNow(c2) // another major is not affected
 	r := h.granted(waiting, "request after a user 429")
 	h.notBefore(r, t0, retry+offset, "request after a user 429")
+}
+
+// testRetryKeepsPlace: a request claimed again after its 429 (Claim.Retry)
+// goes ahead of the requests that queued behind the pause, rather than
+// behind them.
+func testRetryKeepsPlace(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 1, 1, 200*time.Millisecond)
+	p := h.acquireNow(c)
+	u := limits(c, "h", 1, 0, 200*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = 200 * time.Millisecond
+	h.update(p, u)
+
+	ctx := h.t.Context()
+	later1 := h.queue(ctx, c)
+	later2 := h.queue(ctx, c)
+	retry := c
+	retry.Retry = true
+	r := h.granted(h.acquireAsync(ctx, retry), "the retry")
+	later1 = h.stillWaiting(later1, watch, "a request that queued during the pause, while the retry is in flight")
+	later2 = h.stillWaiting(later2, 0, "another request that queued during the pause")
+	h.update(r.p, limits(c, "h", 1, 0, 50*time.Millisecond))
+	h.update(h.granted(later1, "the first request queued during the pause").p, limits(c, "h", 1, 0, 50*time.Millisecond))
+	h.update(h.granted(later2, "the second request queued during the pause").p, limits(c, "h", 1, 0, 50*time.Millisecond))
 }
 
 // testLearnedHold: a user 429 from a bucket whose headers said a slot
