@@ -1,6 +1,7 @@
 package ratecord_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"github.com/jarcoal/httpmock"
 
 	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/discordtest"
 )
 
 var reactionRE = regexp.MustCompile(`/channels/\d+/messages/\d+/reactions/`)
@@ -163,5 +165,40 @@ func TestRetryKeepsItsPlace(t *testing.T) {
 	defer mu.Unlock()
 	if got, want := fmt.Sprint(order), "[first a a b c]"; got != want {
 		t.Errorf("the server saw %s; want %s", got, want)
+	}
+}
+
+// TestHiddenSublimitHoldsOnlyRenames: after a rename's 429 from the
+// channel's hidden sublimit, renames of that channel wait out the
+// sublimit (here they fail fast, the wait passing the maximum) while its
+// other edits, and renames of other channels, go on.
+func TestHiddenSublimitHoldsOnlyRenames(t *testing.T) {
+	t.Parallel()
+	discord := discordtest.NewServer(discordtest.WithHiddenSublimit(2, 10*time.Minute))
+	t.Cleanup(discord.Close)
+	c, _ := newClient(t, nil, ratecord.WithMaxWait(2*time.Second))
+	url := func(channel string) string { return discord.URL() + "/api/v10/channels/" + channel }
+	const ch1, ch2 = "111111111111111111", "222222222222222222"
+	edit := func(channel, body string) (*http.Response, error) {
+		return doCtx(t.Context(), c, "PATCH", url(channel), "Bot a", []byte(body))
+	}
+	okResp(t)(edit(ch1, `{"name":"one"}`))
+	okResp(t)(edit(ch1, `{"topic":"two"}`))
+	_, err := edit(ch1, `{"name":"three"}`) // the sublimit's 429, then a wait past the maximum
+	var rl *ratecord.RateLimitError
+	if !errors.As(err, &rl) {
+		t.Fatalf("third rename: err = %v; want a *RateLimitError", err)
+	}
+	okResp(t)(edit(ch1, `{"nsfw":true}`)) // not a rename: goes on
+	okResp(t)(edit(ch2, `{"name":"other"}`))
+	before := discord.Stats().Requests
+	if _, err := edit(ch1, `{"topic":"four"}`); !errors.As(err, &rl) {
+		t.Errorf("fourth rename: err = %v; want a *RateLimitError", err)
+	}
+	if n := discord.Stats().Requests - before; n != 0 {
+		t.Errorf("the fourth rename reached Discord (%d requests); want it refused before", n)
+	}
+	if got := discord.Stats().ByStatus[429]; got != 1 {
+		t.Errorf("got %d 429s; want 1", got)
 	}
 }

@@ -120,6 +120,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	defer func() { tel.end(resp, err) }()
 	rc := controlOf(req.Context())
 	claim := t.claim(key, req, rc)
+	kind, body := kindOf(req, key.route)
+	claim.Kind = kind
+	if body != nil {
+		// The body was read to tell the kind: send a copy of req that
+		// carries what was read and the rest.
+		req = req.Clone(req.Context())
+		req.Body = body
+	}
 	retries := t.cfg.retries
 	if rc.hasRetries {
 		retries = rc.retries

@@ -197,6 +197,15 @@ type Claim struct {
 	// there, behind the other retries, instead of behind requests that
 	// arrived after it.
 	Retry bool
+	// Kind names, on a route where the body decides whether a request can
+	// hit a hidden sublimit narrower than the route's bucket, which kind
+	// the request is: "rename" for a PATCH /channels/{id} that changes the
+	// name or topic (2 per 10 minutes, in no header). A 429 of scope user
+	// on such a claim whose retry_after outlasts the bucket's reset holds
+	// only the claims of the same credential, route, major and Kind until
+	// it ends; the bucket's other requests go on under its headers. ""
+	// means none.
+	Kind string
 }
 
 // Settler is implemented by stores: it applies what a reservation's

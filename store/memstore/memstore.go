@@ -136,6 +136,7 @@ type cred struct {
 	m        model.Cred
 	dead     map[string]int64 // token-authenticated majors that answered 401 or 404
 	probes   map[string]int64 // requests in flight on routes whose bucket is unknown, by major
+	subs     map[subKey]int64 // hidden sublimits: until when each holds its requests
 	alarm    alarm            // pumps the global queue when its window opens
 	lastUsed int64
 
@@ -184,6 +185,9 @@ func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration,
 	b := s.resolve(cr, c.Route, c.Major, now)
 	seed(b, c)
 	wait := s.estimate(cr, b, c, now)
+	if until := cr.sublimit(c, now); until > 0 {
+		wait = max(wait, until-now)
+	}
 	if c.Global {
 		// The claims queued for the global window ahead of this one.
 		limit := int64(s.pol.Limit(c))
@@ -206,6 +210,9 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 	case <-c.Done:
 		return nil, &store.WaitError{Err: store.ErrClosed}
 	default:
+	}
+	if err := s.awaitSublimit(ctx, c); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	// One clock read: under the lock, so the store's time never runs
@@ -588,6 +595,11 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 			if target != nil {
 				target.Shared(now, retry)
 			}
+		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&
+			model.HiddenSublimit(retry, h.ResetAfter, offset) && cr.holdSublimit(c, now, now+retry):
+			// A hidden sublimit of the request's kind: only its kind waits;
+			// the bucket follows its headers.
+			target.Observe(now, h, probes)
 		case target != nil: // user, and unknown scopes treated as conservatively
 			var hp *model.Headers
 			if u.HasLimit {

@@ -588,3 +588,52 @@ func pick(rng *rand.Rand, a, b int64) int64 {
 	}
 	return a
 }
+
+var sublimitScript = redis.NewScript(redisstore.ModelSource + `
+local out = {}
+for i = 1, #ARGV, 3 do
+  local r = 0
+  if hiddenSublimit(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) then r = 1 end
+  out[#out + 1] = r
+end
+return out
+`)
+
+// TestModelHiddenSublimit requires both homes to tell a hidden sublimit's
+// 429 from its bucket's alike, on the edges and on random values.
+func TestModelHiddenSublimit(t *testing.T) {
+	c := modelClient(t)
+	cases := [][3]int64{
+		{600_010, 3000, 10}, // a rename: minutes against seconds
+		{310, 234, 10},      // a bucket's own 429: retry_after a little past its reset
+		{1250, 240, 10},     // at the margin
+		{1251, 240, 10},     // past it
+		{5000, -1, 10},      // no reset: cannot tell
+		{1 << 40, 0, -5},    // clamped
+	}
+	want := []int64{1, 0, 0, 1, 0, 1}
+	rng := rand.New(rand.NewPCG(3, 11))
+	for range 200 {
+		cases = append(cases, [3]int64{int64(rng.IntN(20000)), int64(rng.IntN(12000)) - 1000, int64(rng.IntN(50))})
+	}
+	var args []any
+	for _, x := range cases {
+		args = append(args, x[0], x[1], x[2])
+	}
+	got, err := sublimitScript.Run(t.Context(), c, nil, args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range cases {
+		g := int64(0)
+		if model.HiddenSublimit(x[0], x[1], x[2]) {
+			g = 1
+		}
+		if got[i] != g {
+			t.Errorf("HiddenSublimit(%d, %d, %d) = %d in Go, %d in model.lua", x[0], x[1], x[2], g, got[i])
+		}
+		if i < len(want) && g != want[i] {
+			t.Errorf("HiddenSublimit(%d, %d, %d) = %d; want %d", x[0], x[1], x[2], g, want[i])
+		}
+	}
+}

@@ -74,6 +74,7 @@ func cases() []testCase {
 		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
 		{name: "LearnedHold", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedHold},
 		{name: "Spacing", run: testSpacing},
+		{name: "HiddenSublimit", policy: store.Policy{ResetOffset: 10 * time.Millisecond}, run: testHiddenSublimit},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
@@ -115,6 +116,7 @@ const (
 	routeEdit   = "PATCH /channels/:id/messages/:id"
 	routeMe     = "GET /users/@me"
 	routeHook   = "POST /webhooks/:id/:token"
+	routeChan   = "PATCH /channels/:id"
 	major1      = "channels/1"
 	major2      = "channels/2"
 	major3      = "channels/3"
@@ -1018,6 +1020,40 @@ func testSpacing(h *harness) {
 	// Claims without the spacing are held while the bucket is.
 	plain := claim(c.Credential, routeCreate, major1)
 	h.mustWait(plain, watch)
+}
+
+// testHiddenSublimit: a user 429 of a claim with a Kind whose retry_after
+// outlasts its bucket's reset holds only the claims of that kind on that
+// route and major; the bucket's other requests go on under its headers.
+func testHiddenSublimit(h *harness) {
+	edit := claim(h.cred("a"), routeChan, major1)
+	h.learn(edit, "e", 5, 4, 100*time.Millisecond)
+	rename := edit
+	rename.Kind = "rename"
+	p := h.acquireNow(rename)
+
+	const retry = 2500 * time.Millisecond // longer than atOnce: a paused bucket would fail acquireNow
+	u := limits(rename, "e", 5, 3, 100*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = retry
+	t0 := time.Now()
+	h.update(p, u)
+
+	h.update(h.acquireNow(edit), limits(edit, "e", 5, 3, 100*time.Millisecond)) // not a rename: goes on
+	other := rename
+	other.Major = major2
+	h.update(h.acquireNow(other), limits(other, "e", 5, 4, 100*time.Millisecond)) // another channel's renames go on
+
+	now := rename
+	now.NoWait = true
+	_, err := h.s.Acquire(h.t.Context(), now)
+	if we := h.waitError(err, store.ErrWaitTooLong, "a rename under the sublimit, NoWait"); we.RetryAfter < retry-watch-slack {
+		h.t.Errorf("a rename under the sublimit: RetryAfter = %v; want about %v", we.RetryAfter, retry)
+	}
+	r := h.granted(h.acquireAsync(h.t.Context(), rename), "a rename after the sublimit")
+	h.notBefore(r, t0, retry, "a rename after the sublimit")
+	h.acquireNow(edit) // the waiting rename held no slot of the bucket meanwhile
 }
 
 // testShared429: a shared 429 delays its bucket by RetryAfter and leaves its
