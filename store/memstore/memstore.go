@@ -421,13 +421,15 @@ func (s *Store) pumpBucket(b *bucket, now int64) {
 			if nb == nil {
 				s.enterGlobal(cr, w, now)
 			} else {
-				nb.Seed(w.spacing)
 				nb.q.insert(w)
 				s.pumpBucket(nb, now)
 			}
 			moved = true
 			continue
 		}
+		// A response naming another limit may have cleared the hold the
+		// waiter's claim seeds: seed it again before granting.
+		b.Seed(w.spacing)
 		if !b.available(now) {
 			break
 		}

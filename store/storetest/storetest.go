@@ -1014,7 +1014,9 @@ func testSpacing(h *harness) {
 	p := h.acquireNow(c)
 	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
 	t0 := time.Now()
-	h.update(p, limits(c, "h", 10, 8, far))
+	// A response naming another limit ends a learned hold, not the
+	// spacing claims ask for.
+	h.update(p, limits(c, "h", 20, 18, far))
 	r := h.granted(next, "second request after the spacing")
 	h.notBefore(r, t0, spacing, "second request after the spacing")
 	// Claims without the spacing are held while the bucket is.
@@ -1050,6 +1052,14 @@ func testHiddenSublimit(h *harness) {
 	_, err := h.s.Acquire(h.t.Context(), now)
 	if we := h.waitError(err, store.ErrWaitTooLong, "a rename under the sublimit, NoWait"); we.RetryAfter < retry-watch-slack {
 		h.t.Errorf("a rename under the sublimit: RetryAfter = %v; want about %v", we.RetryAfter, retry)
+	}
+	if est, ok := h.s.(store.Estimator); ok {
+		if d, err := est.Estimate(h.t.Context(), rename); err != nil || d < retry-watch-slack {
+			h.t.Errorf("Estimate(a rename under the sublimit) = %v, %v; want about %v", d, err, retry)
+		}
+		if d, err := est.Estimate(h.t.Context(), edit); err != nil || d > 0 {
+			h.t.Errorf("Estimate(another edit) = %v, %v; want 0", d, err)
+		}
 	}
 	r := h.granted(h.acquireAsync(h.t.Context(), rename), "a rename after the sublimit")
 	h.notBefore(r, t0, retry, "a rename after the sublimit")
