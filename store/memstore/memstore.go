@@ -134,10 +134,10 @@ type cred struct {
 	global   window
 	globalQ  queue // waiters that hold their bucket slot and wait for the global window
 	m        model.Cred
-	dead     map[string]int64 // token-authenticated majors that answered 401 or 404
-	probes   map[string]int64 // requests in flight on routes whose bucket is unknown, by major
-	subs     map[subKey]int64 // hidden sublimits: until when each holds its requests
-	alarm    alarm            // pumps the global queue when its window opens
+	dead     map[string]int64     // token-authenticated majors that answered 401 or 404
+	probes   map[string]int64     // requests in flight on routes whose bucket is unknown, by major
+	subs     map[subKey]*sublimit // hidden sublimits, by the requests they hold
+	alarm    alarm                // pumps the global queue when its window opens
 	lastUsed int64
 
 	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
@@ -185,7 +185,7 @@ func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration,
 	b := s.resolve(cr, c.Route, c.Major, now)
 	seed(b, c)
 	wait := s.estimate(cr, b, c, now)
-	if until := cr.sublimit(c, now); until > 0 {
+	if until := cr.sublimitWait(c, now); until > 0 {
 		wait = max(wait, until-now)
 	}
 	if c.Global {
@@ -202,6 +202,23 @@ var _ store.Estimator = (*Store)(nil)
 
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
+	turn, err := s.awaitSublimit(ctx, &claim)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.acquire(ctx, claim)
+	if err != nil && turn {
+		s.mu.Lock()
+		if cr := s.creds[claim.Credential]; cr != nil {
+			cr.releaseSublimit(&claim)
+		}
+		s.mu.Unlock()
+	}
+	return r, err
+}
+
+// acquire is Acquire once no hidden sublimit holds the claim.
+func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	c := &claim
 	if err := ctx.Err(); err != nil {
 		return nil, &store.WaitError{Err: err}
@@ -210,9 +227,6 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 	case <-c.Done:
 		return nil, &store.WaitError{Err: store.ErrClosed}
 	default:
-	}
-	if err := s.awaitSublimit(ctx, c); err != nil {
-		return nil, err
 	}
 	s.mu.Lock()
 	// One clock read: under the lock, so the store's time never runs
@@ -553,6 +567,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	} else {
 		cr = s.cred(c.Credential, now)
 	}
+	cr.releaseSublimit(c)
 	if !u.Sent {
 		if token != 0 {
 			cr.global.remove(token)
@@ -598,7 +613,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 				target.Shared(now, retry)
 			}
 		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&
-			model.HiddenSublimit(retry, h.ResetAfter, offset) && cr.holdSublimit(c, now, now+retry):
+			model.HiddenSublimit(retry, h.ResetAfter, offset) && cr.holdSublimit(c, now, retry):
 			// A hidden sublimit of the request's kind: only its kind waits;
 			// the bucket follows its headers.
 			target.Observe(now, h, probes)

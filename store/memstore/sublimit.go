@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/ratecord/ratecord/store"
 )
@@ -12,42 +13,72 @@ type subKey struct {
 	route, major, kind string
 }
 
+// sublimit is what a hidden sublimit's 429 taught: its requests wait until
+// until; then, as long again (until end), they go one at a time, so that
+// the ones that waited do not all meet the sublimit again at once.
+type sublimit struct {
+	until, end int64
+	busy       bool          // a request of the kind is out, sent after until
+	freed      chan struct{} // closed when busy ends
+}
+
 // maxSubs bounds the hidden sublimits kept per credential. Beyond it, a
 // sublimit's 429 pauses its whole bucket, as a 429 of the bucket does.
 const maxSubs = 1024
 
-// sublimit returns until when a hidden sublimit holds claim c at now, or 0.
-func (cr *cred) sublimit(c *store.Claim, now int64) int64 {
+func subKeyOf(c *store.Claim) subKey { return subKey{c.Route, c.Major, c.Kind} }
+
+// sublimitWait returns until when a hidden sublimit holds claim c at now,
+// or 0 (a lower bound when a request of its kind is out).
+func (cr *cred) sublimitWait(c *store.Claim, now int64) int64 {
 	if c.Kind == "" || len(cr.subs) == 0 {
 		return 0
 	}
-	if until := cr.subs[subKey{c.Route, c.Major, c.Kind}]; until > now {
-		return until
+	if e := cr.subs[subKeyOf(c)]; e != nil && e.until > now {
+		return e.until
 	}
 	return 0
 }
 
-// holdSublimit holds the requests of c's kind until until, and reports
-// whether it could: the credential keeps at most maxSubs sublimits.
-func (cr *cred) holdSublimit(c *store.Claim, now, until int64) bool {
-	k := subKey{c.Route, c.Major, c.Kind}
-	if _, ok := cr.subs[k]; !ok && len(cr.subs) >= maxSubs {
-		cr.sweepSubs(now)
+// holdSublimit holds the requests of c's kind for retry from now, and
+// reports whether it could: the credential keeps at most maxSubs
+// sublimits.
+func (cr *cred) holdSublimit(c *store.Claim, now, retry int64) bool {
+	k := subKeyOf(c)
+	e := cr.subs[k]
+	if e == nil {
 		if len(cr.subs) >= maxSubs {
-			return false
+			cr.sweepSubs(now)
+			if len(cr.subs) >= maxSubs {
+				return false
+			}
 		}
+		if cr.subs == nil {
+			cr.subs = make(map[subKey]*sublimit)
+		}
+		e = &sublimit{}
+		cr.subs[k] = e
 	}
-	if cr.subs == nil {
-		cr.subs = make(map[subKey]int64)
-	}
-	cr.subs[k] = max(cr.subs[k], until)
+	e.until = max(e.until, now+retry)
+	e.end = max(e.end, e.until+retry)
 	return true
+}
+
+// releaseSublimit ends the turn of the request of c's kind that was out.
+func (cr *cred) releaseSublimit(c *store.Claim) {
+	if c.Kind == "" {
+		return
+	}
+	if e := cr.subs[subKeyOf(c)]; e != nil && e.busy {
+		e.busy = false
+		close(e.freed)
+	}
 }
 
 // sweepSubs forgets the sublimits that ended by now.
 func (cr *cred) sweepSubs(now int64) {
-	for k, until := range cr.subs {
-		if until <= now {
+	for k, e := range cr.subs {
+		if now >= e.end && !e.busy {
 			delete(cr.subs, k)
 		}
 	}
@@ -56,38 +87,56 @@ func (cr *cred) sweepSubs(now int64) {
 	}
 }
 
-// awaitSublimit waits while a hidden sublimit holds c. Such a claim waits
+// awaitSublimit waits while a hidden sublimit holds c, and reports whether
+// c took the sublimit's turn (see sublimit), which its settlement, or
+// releaseSublimit when it is not granted, gives back. Such a claim waits
 // apart from its bucket's queue, so the bucket's other requests keep
-// flowing; once the sublimit ends it queues as any claim does. The wait
-// counts against c.MaxWait.
-func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) error {
+// flowing; it then queues as any claim does. The wait counts against
+// c.MaxWait.
+func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) (turn bool, err error) {
 	if c.Kind == "" {
-		return nil
+		return false, nil
 	}
 	for {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return &store.WaitError{Err: store.ErrClosed}
+			return false, &store.WaitError{Err: store.ErrClosed}
 		}
 		start := s.clock.Now()
 		now := s.ms(start)
-		var until int64
+		var e *sublimit
 		if cr := s.creds[c.Credential]; cr != nil {
-			until = cr.sublimit(c, now)
+			e = cr.subs[subKeyOf(c)]
+		}
+		if e == nil || now >= e.end && !e.busy {
+			s.mu.Unlock()
+			return false, nil
+		}
+		var wake <-chan struct{}
+		d := ms(e.until - now)
+		switch {
+		case now < e.until:
+		case e.busy:
+			wake, d = e.freed, 0
+		default:
+			e.busy, e.freed = true, make(chan struct{})
+			s.mu.Unlock()
+			return true, nil
 		}
 		s.mu.Unlock()
-		if until == 0 {
-			return nil
-		}
-		d := ms(until - now)
 		if err := store.CheckWait(ctx, c, start, d); err != nil {
-			return &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
+			return false, &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
 		}
-		t := s.clock.NewTimer(d)
-		var err error
+		var timer <-chan time.Time
+		var t interface{ Stop() bool }
+		if wake == nil {
+			tm := s.clock.NewTimer(d)
+			t, timer = tm, tm.C()
+		}
 		select {
-		case <-t.C():
+		case <-timer:
+		case <-wake:
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-c.Done:
@@ -95,15 +144,17 @@ func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) error {
 		case <-s.done:
 			err = store.ErrClosed
 		}
-		t.Stop()
+		if t != nil {
+			t.Stop()
+		}
 		if err != nil {
-			return &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
+			return false, &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
 		}
 		if c.MaxWait > 0 {
 			// The wait for the bucket that follows may last what is left.
 			c.MaxWait -= s.clock.Now().Sub(start)
 			if c.MaxWait <= 0 {
-				return &store.WaitError{Scope: store.ScopeUser, Err: store.ErrWaitTooLong}
+				return false, &store.WaitError{Scope: store.ScopeUser, Err: store.ErrWaitTooLong}
 			}
 		}
 	}

@@ -48,7 +48,7 @@ local ahead = queued
 if kind == 0 then ahead = ahead + redis.call('ZCARD', KEYS[7]) end
 at = math.max(at, bound(b, now, c.blocked, ahead))
 if sub ~= '' then
-  local ttl = redis.call('PTTL', KEYS[8])
-  if ttl > 0 then at = math.max(at, now + ttl) end
+  local untilT = tonumber(redis.call('HGET', KEYS[8], 'until')) or 0
+  at = math.max(at, untilT)
 end
 return {1, ceil(at - now)}

@@ -44,7 +44,9 @@ local APPLIED_TTL = 3600 * 1000
 --   7 probes   HASH  major digest -> probe requests in flight
 --   8 lastgrant STRING the permit id prefix of the last grant of the queue
 --                     that claimed the permit (for A[3] = 3)
---   9 sublimit STRING lives while the hidden sublimit of A[22] holds
+--   9 sublimit HASH  the hidden sublimit of A[22]: until (its requests wait until
+--                    then), busy (one of them is out, sent after until: its timeout);
+--                    TTL until + as long again, while they go one at a time
 -- A:
 --   1 route template    2 permit id ("" when none)
 --   3 sent (1/0; 2: an unused slot of a lease; 3: a slot of a claim whose reply was lost)
@@ -80,6 +82,8 @@ local function update(K, A)
 
   local c = loadCred(K[2])
   local credDirty = false
+  -- The request of a kind that was out after its sublimit is out no more.
+  if A[22] ~= '' then redis.call('HDEL', K[9], 'busy') end
 
   -- wakeOf returns in how many ms b may grant by the passing of time alone:
   -- 0 for now, -1 when only a response can open it.
@@ -169,9 +173,9 @@ local function update(K, A)
     elseif target and A[22] ~= '' and scope == 'user' and hasLimit and hiddenSublimit(retry, h.resetAfter, h.offset) then
       -- A hidden sublimit of the request's kind: only its kind waits; the
       -- bucket follows its headers.
-      if redis.call('PTTL', K[9]) < clamp(retry) then
-        redis.call('SET', K[9], 1, 'PX', math.max(1, ceil(clamp(retry))))
-      end
+      local untilT = math.max(tonumber(redis.call('HGET', K[9], 'until')) or 0, now + clamp(retry))
+      redis.call('HSET', K[9], 'until', untilT)
+      extend(K[9], math.max(1, ceil(untilT - now + clamp(retry))))
       observe(target, now, h, probes)
     elseif target then
       limited(target, now, retry, hp, probes)
@@ -217,7 +221,7 @@ end
 --   8 pbucket   STRING the model state of the probe bucket of (route, major)
 --   9 probes    HASH  major digest -> probe requests in flight
 --  10 lastgrant STRING the permit id prefix of this queue's last grant
---  11 sublimit  STRING lives while the hidden sublimit of A[18] holds
+--  11 sublimit  HASH  the hidden sublimit of A[18] (see update)
 -- A:
 --   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
 --   3 global (1/0)          4 global limit            5 global window (ms)
@@ -256,13 +260,29 @@ local function claim(K, A)
   if refused then return refused end
 
   -- A hidden sublimit holds the claims of its kind only; their queue
-  -- leaves the bucket's line while it waits.
+  -- leaves the bucket's line while it waits. After it, as long again,
+  -- they go one at a time, so that those that waited do not all meet the
+  -- sublimit again at once.
+  local subTurn = false
   if A[18] ~= '' then
-    local ttl = redis.call('PTTL', K[11])
-    if ttl > 0 then
-      redis.call('ZREM', K[6], qid)
-      redis.call('ZREM', K[7], qid)
-      return {1, ttl, ttl, 1, 0}
+    local st = redis.call('HMGET', K[11], 'until', 'busy')
+    local untilT, busy = tonumber(st[1]), tonumber(st[2]) or 0
+    if untilT then
+      local w, lower = 0, 0
+      if untilT > now then
+        w = ceil(untilT - now)
+        lower = w
+      elseif busy > now then
+        w = poll -- until the response of the one that is out
+      else
+        subTurn = true
+        want, extra = 1, 0
+      end
+      if not subTurn then
+        redis.call('ZREM', K[6], qid)
+        redis.call('ZREM', K[7], qid)
+        return {1, w, lower, 1, 0}
+      end
     end
   end
 
@@ -442,6 +462,7 @@ local function claim(K, A)
   -- The queue's last grant, so that giving back the slots of a claim whose
   -- reply was lost changes nothing unless the claim ran.
   redis.call('SET', K[10], prefix, 'PX', pendingTTL)
+  if subTurn then redis.call('HSET', K[11], 'busy', now + delay + pendingTTL) end
   if kind ~= 2 then
     for _ = 1, k do take(b, now) end
     b.pendingUntil = now + delay + pendingTTL

@@ -1061,9 +1061,17 @@ func testHiddenSublimit(h *harness) {
 			h.t.Errorf("Estimate(another edit) = %v, %v; want 0", d, err)
 		}
 	}
-	r := h.granted(h.acquireAsync(h.t.Context(), rename), "a rename after the sublimit")
+	// The renames that waited go one at a time: the sublimit may let
+	// fewer through than the bucket.
+	first := h.acquireAsync(h.t.Context(), rename)
+	time.Sleep(30 * time.Millisecond)
+	second := h.acquireAsync(h.t.Context(), rename)
+	r := h.granted(first, "a rename after the sublimit")
 	h.notBefore(r, t0, retry, "a rename after the sublimit")
-	h.acquireNow(edit) // the waiting rename held no slot of the bucket meanwhile
+	h.acquireNow(edit) // the waiting renames held no slot of the bucket meanwhile
+	second = h.stillWaiting(second, watch, "a second rename while the first is out")
+	h.update(r.p, limits(rename, "e", 5, 3, 100*time.Millisecond))
+	h.granted(second, "a second rename after the first's response")
 }
 
 // testShared429: a shared 429 delays its bucket by RetryAfter and leaves its
