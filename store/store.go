@@ -203,8 +203,8 @@ type Claim struct {
 	// name or topic (2 per 10 minutes, in no header). A 429 of scope user
 	// on such a claim whose retry_after outlasts the bucket's reset holds
 	// only the claims of the same credential, route, major and Kind until
-	// it ends; the bucket's other requests go on under its headers. ""
-	// means none.
+	// it ends, and for as long again lets them go one at a time; the
+	// bucket's other requests go on under its headers. "" means none.
 	Kind string
 }
 
