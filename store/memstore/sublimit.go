@@ -14,12 +14,34 @@ type subKey struct {
 }
 
 // sublimit is what a hidden sublimit's 429 taught: its requests wait until
-// until; then, as long again (until end), they go one at a time, so that
-// the ones that waited do not all meet the sublimit again at once.
+// until; then, as long again (until end), they go one at a time in arrival
+// order, so that the ones that waited do not all meet the sublimit again
+// at once.
 type sublimit struct {
 	until, end int64
 	busy       bool          // a request of the kind is out, sent after until
-	freed      chan struct{} // closed when busy ends
+	line       []*subWaiter  // the claims waiting for their turn, in arrival order
+	changed    chan struct{} // closed, and replaced, when busy or line changes
+}
+
+// subWaiter is a claim in a sublimit's line.
+type subWaiter struct{ seq uint64 }
+
+// signal wakes the claims waiting for a change of e.
+func (e *sublimit) signal() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// leave takes w out of e's line.
+func (e *sublimit) leave(w *subWaiter) {
+	for i, x := range e.line {
+		if x == w {
+			e.line = append(e.line[:i], e.line[i+1:]...)
+			e.signal()
+			return
+		}
+	}
 }
 
 // maxSubs bounds the hidden sublimits kept per credential. Beyond it, a
@@ -56,7 +78,7 @@ func (cr *cred) holdSublimit(c *store.Claim, now, retry int64) bool {
 		if cr.subs == nil {
 			cr.subs = make(map[subKey]*sublimit)
 		}
-		e = &sublimit{}
+		e = &sublimit{changed: make(chan struct{})}
 		cr.subs[k] = e
 	}
 	e.until = max(e.until, now+retry)
@@ -71,14 +93,14 @@ func (cr *cred) releaseSublimit(c *store.Claim) {
 	}
 	if e := cr.subs[subKeyOf(c)]; e != nil && e.busy {
 		e.busy = false
-		close(e.freed)
+		e.signal()
 	}
 }
 
 // sweepSubs forgets the sublimits that ended by now.
 func (cr *cred) sweepSubs(now int64) {
 	for k, e := range cr.subs {
-		if now >= e.end && !e.busy {
+		if now >= e.end && !e.busy && len(e.line) == 0 {
 			delete(cr.subs, k)
 		}
 	}
@@ -97,6 +119,7 @@ func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) (turn bool, e
 	if c.Kind == "" {
 		return false, nil
 	}
+	var me *subWaiter
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -109,53 +132,64 @@ func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) (turn bool, e
 		if cr := s.creds[c.Credential]; cr != nil {
 			e = cr.subs[subKeyOf(c)]
 		}
-		if e == nil || now >= e.end && !e.busy {
+		if e == nil || me == nil && now >= e.end && !e.busy && len(e.line) == 0 {
 			s.mu.Unlock()
 			return false, nil
 		}
-		var wake <-chan struct{}
+		if me == nil {
+			s.seq++
+			me = &subWaiter{seq: s.seq}
+			e.line = append(e.line, me)
+		}
 		d := ms(e.until - now)
-		switch {
-		case now < e.until:
-		case e.busy:
-			wake, d = e.freed, 0
-		default:
-			e.busy, e.freed = true, make(chan struct{})
-			s.mu.Unlock()
-			return true, nil
+		if now >= e.until {
+			if !e.busy && e.line[0] == me {
+				e.busy = true
+				e.leave(me) // signals the others: the turn is taken
+				s.mu.Unlock()
+				return true, nil
+			}
+			d = 0 // until the turn comes: only a response or a leaving claim ends it
 		}
+		changed := e.changed
 		s.mu.Unlock()
-		if err := store.CheckWait(ctx, c, start, d); err != nil {
-			return false, &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
+
+		err := store.CheckWait(ctx, c, start, d)
+		if err == nil && c.NoWait {
+			err = store.ErrWaitTooLong
 		}
-		var timer <-chan time.Time
 		var t interface{ Stop() bool }
-		if wake == nil {
-			tm := s.clock.NewTimer(d)
-			t, timer = tm, tm.C()
+		var timer <-chan time.Time
+		if err == nil {
+			if d > 0 {
+				tm := s.clock.NewTimer(d)
+				t, timer = tm, tm.C()
+			}
+			select {
+			case <-timer:
+			case <-changed:
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-c.Done:
+				err = store.ErrClosed
+			case <-s.done:
+				err = store.ErrClosed
+			}
+			if t != nil {
+				t.Stop()
+			}
 		}
-		select {
-		case <-timer:
-		case <-wake:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-c.Done:
-			err = store.ErrClosed
-		case <-s.done:
-			err = store.ErrClosed
-		}
-		if t != nil {
-			t.Stop()
+		if err == nil && c.MaxWait > 0 {
+			// The wait for the bucket that follows may last what is left.
+			if c.MaxWait -= s.clock.Now().Sub(start); c.MaxWait <= 0 {
+				err = store.ErrWaitTooLong
+			}
 		}
 		if err != nil {
+			s.mu.Lock()
+			e.leave(me)
+			s.mu.Unlock()
 			return false, &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
-		}
-		if c.MaxWait > 0 {
-			// The wait for the bucket that follows may last what is left.
-			c.MaxWait -= s.clock.Now().Sub(start)
-			if c.MaxWait <= 0 {
-				return false, &store.WaitError{Scope: store.ScopeUser, Err: store.ErrWaitTooLong}
-			}
 		}
 	}
 }
