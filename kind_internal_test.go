@@ -77,3 +77,32 @@ func TestKindOf(t *testing.T) {
 		})
 	}
 }
+
+// FuzzKindOf: telling a channel edit's kind never panics and never changes
+// the body that is sent, whether or not the request can replay it.
+func FuzzKindOf(f *testing.F) {
+	f.Add([]byte(`{"name":"general"}`), false)
+	f.Add([]byte(`{"nsfw":true,"permission_overwrites":[{"name":1}]}`), true)
+	f.Add([]byte(`{"topic`), false)
+	f.Fuzz(func(t *testing.T, b []byte, replayable bool) {
+		var r io.Reader = bytes.NewReader(b)
+		if !replayable {
+			r = onlyReader{r}
+		}
+		req, err := http.NewRequest("PATCH", "https://discord.test/api/v10/channels/1", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind, body := kindOf(req, routeChannelEdit)
+		if kind != "" && kind != kindRename {
+			t.Fatalf("kindOf(%q) = %q; want %q or none", b, kind, kindRename)
+		}
+		send := req.Body
+		if body != nil {
+			send = body
+		}
+		if got, err := io.ReadAll(send); err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("the body sent after kindOf(%q) = %q, %v; want it whole", b, got, err)
+		}
+	})
+}
