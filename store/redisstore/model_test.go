@@ -431,6 +431,34 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "a 429 naming a lowered limit learns no hold: the new limit explains it",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+			},
+			checks: []check{
+				{4, opAvailable(t0+310, 0), 1},
+				{4, opBound(t0+50, 0, 3), t0 + 310},
+			},
+		},
+		{
+			name:  "a 429 during an earlier 429's pause learns no hold: it echoes the first",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0), // a hold of 100 + 50
+				opSettle(),
+				opLimited(t0+70, 2000, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+				opSettle(),
+				opObserve(t0+3000, 0, h(10, 9, 100)),
+			},
+			checks: []check{
+				{10, opAvailable(t0+3149, 0), 0},
+				{10, opAvailable(t0+3150, 0), 1},
+			},
+		},
+		{
 			name:  "a learned hold ends when a response names another limit",
 			start: model.Bucket{},
 			steps: []op{

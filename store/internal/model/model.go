@@ -352,14 +352,17 @@ func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
 //
 // When the model still counted the request inside what the last headers
 // allowed (a slot remained and the window they dated was not over), the
-// headers overstate the bucket: it is held (see Hold) to one request at a
+// 429 names no other limit (a lowered limit explains it) and no earlier
+// 429's pause lasts (this one would only echo it, for a request sent
+// before), the headers overstate the bucket: it is held (see Hold) to one request at a
 // time until a response names another Limit. The spacing is what the 429
 // shows of the real one: the time since the previous response (no later
 // than the previous accepted request reached Discord; at most a window)
 // plus retry. Measured from each response, it leaves a round trip more
 // between two arrivals at Discord, so jitter cannot bunch them.
 func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
-	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt
+	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt &&
+		(h == nil || h.Limit == b.Limit) && now >= b.Pause
 	since := min(max(now-b.HeldAt, 0), b.Window)
 	if h != nil {
 		b.Observe(now, *h, probes)
