@@ -34,6 +34,19 @@
 // after every request granted in it has been answered. This is correct for
 // Discord's fixed and sliding windows alike.
 //
+// # Limits no header announces
+//
+// Headers can overstate what Discord allows. A 429 of scope user from a
+// bucket whose headers said requests remained shows its real limit: the
+// bucket is then held to one request in flight, each the spacing the 429
+// revealed after the last response, until a response names another limit.
+// Reaction routes start so held at Discord's stated 1 per 250 ms
+// ([WithReactionSpacing]). A hidden sublimit narrower than its route (2
+// channel renames per 10 minutes) holds only the requests that can hit it:
+// renames of that channel, told apart by their JSON body, while the
+// channel's other edits go on. A request sent again after its 429 keeps its
+// place in line ahead of those that queued behind it.
+//
 // # Stores
 //
 // State lives in a store.Store. Without [WithStore] the transport uses an

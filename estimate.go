@@ -29,7 +29,15 @@ func (t *Transport) Estimate(req *http.Request) (time.Duration, error) {
 		return 0, ErrNoEstimate
 	}
 	key := t.keyer.key(req, t.cfg.clock.Now)
-	d, err := est.Estimate(req.Context(), t.claim(key, req, control{}))
+	c := t.claim(key, req, control{})
+	if req.GetBody == nil && req.Body != nil && req.Body != http.NoBody {
+		if key.route == routeChannelEdit {
+			c.Kind = kindRename // the body cannot be read without taking it
+		}
+	} else {
+		c.Kind, _ = kindOf(req, key.route)
+	}
+	d, err := est.Estimate(req.Context(), c)
 	if err != nil {
 		return 0, refusal(key.route, err)
 	}

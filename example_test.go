@@ -331,3 +331,50 @@ func ExampleWithEventHandler() {
 	// retrying GET /channels/:id/pins user 50ms
 	// 200 OK
 }
+
+// Reactions go one at a time per channel, a quarter second apart by
+// default, as Discord states, even when their headers allow more;
+// WithReactionSpacing changes the spacing.
+func ExampleWithReactionSpacing() {
+	var mu sync.Mutex
+	var last time.Time
+	var gaps []time.Duration
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if !last.IsZero() {
+			gaps = append(gaps, time.Since(last))
+		}
+		last = time.Now()
+		mu.Unlock()
+		w.Header().Set("X-RateLimit-Bucket", "react")
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "4")
+		w.Header().Set("X-RateLimit-Reset-After", "0.100")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer discord.Close()
+
+	transport := ratecord.NewTransport(nil, ratecord.WithReactionSpacing(100*time.Millisecond))
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	var wg sync.WaitGroup
+	for _, emoji := range []string{"%F0%9F%91%8D", "%F0%9F%8E%89", "%F0%9F%9A%80"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("PUT", discord.URL+"/api/v10/channels/123/messages/456/reactions/"+emoji+"/@me", nil)
+			req.Header.Set("Authorization", "Bot my-token")
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, g := range gaps {
+		fmt.Println(g >= 100*time.Millisecond)
+	}
+	// Output:
+	// true
+	// true
+}

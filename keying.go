@@ -308,3 +308,15 @@ func olderThan14Days(id string, now time.Time) bool {
 	created := int64(v>>22) + discordEpoch
 	return now.UnixMilli()-created > (14 * 24 * time.Hour).Milliseconds()
 }
+
+// isReaction reports whether route (a method and route template) adds or
+// removes a reaction: PUT or DELETE /channels/:id/messages/:id/reactions/...,
+// which Discord limits in one bucket per channel.
+func isReaction(route string) bool {
+	const path = " /channels/:id/messages/:id/reactions/"
+	method, rest, ok := strings.Cut(route, " ")
+	if !ok || method != http.MethodPut && method != http.MethodDelete {
+		return false
+	}
+	return strings.HasPrefix(" "+rest, path)
+}

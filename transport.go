@@ -122,6 +122,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	defer func() { tel.end(resp, err) }()
 	rc := controlOf(req.Context())
 	claim := t.claim(key, req, rc)
+	kind, body := kindOf(req, key.route)
+	claim.Kind = kind
+	if body != nil {
+		// The body was read to tell the kind: send a copy of req that
+		// carries what was read and the rest.
+		req = req.Clone(req.Context())
+		req.Body = body
+	}
 	retries := t.cfg.retries
 	if rc.hasRetries {
 		retries = rc.retries
@@ -129,6 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	var bo backoff.BackOff
 
 	for attempt := 1; ; attempt++ {
+		claim.Retry = attempt > 1 // a retry keeps its place in line
 		tel.queue(+1)
 		permit, err := t.store.Acquire(ctx, claim)
 		tel.queue(-1)
@@ -247,6 +256,9 @@ func (t *Transport) claim(key routeKey, req *http.Request, rc control) store.Cla
 		MaxWait:    t.cfg.maxWait,
 		Priority:   rc.priority,
 		Done:       t.done,
+	}
+	if t.cfg.reactions > 0 && isReaction(key.route) {
+		c.Spacing = t.cfg.reactions
 	}
 	if rc.hasMaxWait {
 		c.MaxWait, c.NoWait = rc.maxWait, rc.maxWait == 0

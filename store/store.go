@@ -199,6 +199,28 @@ type Claim struct {
 	Priority Priority
 	// Done, when closed, releases the waiter with [ErrClosed]. It may be nil.
 	Done <-chan struct{}
+
+	// Spacing, when positive, holds the claim's bucket to one request in
+	// flight at a time, the next one no sooner than Spacing after the last
+	// response: for routes whose headers are known to overstate what
+	// Discord allows (reactions). A longer hold the store learned from a
+	// 429 stays. Zero means none beyond what the store learned.
+	Spacing time.Duration
+	// Retry reports that the request was granted before and is claimed
+	// again to be sent again (after a 429, a 5xx or a network error): it
+	// keeps its place, re-entering its lane ahead of the claims that wait
+	// there, behind the other retries, instead of behind requests that
+	// arrived after it.
+	Retry bool
+	// Kind names, on a route where the body decides whether a request can
+	// hit a hidden sublimit narrower than the route's bucket, which kind
+	// the request is: "rename" for a PATCH /channels/{id} that changes the
+	// name or topic (2 per 10 minutes, in no header). A 429 of scope user
+	// on such a claim whose retry_after outlasts the bucket's reset holds
+	// only the claims of the same credential, route, major and Kind until
+	// it ends, and for as long again lets them go one at a time; the
+	// bucket's other requests go on under its headers. "" means none.
+	Kind string
 }
 
 // Settler is implemented by stores: it applies what a reservation's

@@ -137,25 +137,28 @@ type cred struct {
 	global   window
 	globalQ  queue // waiters that hold their bucket slot and wait for the global window
 	m        model.Cred
-	dead     map[string]int64 // token-authenticated majors that answered 401 or 404
-	probes   map[string]int64 // requests in flight on routes whose bucket is unknown, by major
-	alarm    alarm            // pumps the global queue when its window opens
+	dead     map[string]int64     // token-authenticated majors that answered 401 or 404
+	probes   map[string]int64     // requests in flight on routes whose bucket is unknown, by major
+	subs     map[subKey]*sublimit // hidden sublimits, by the requests they hold
+	alarm    alarm                // pumps the global queue when its window opens
 	lastUsed int64
 
 	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
 }
 
 type waiter struct {
-	seq    uint64
-	route  string
-	major  string
-	global bool
-	offset int64
-	b      *bucket // the bucket the waiter queues on or was granted from
-	stage  int     // stageBucket, stageGlobal or stageGranted
-	token  uint64  // the global window's token, once granted
-	urgent bool    // in the urgent lane
-	ready  chan struct{}
+	seq     uint64
+	route   string
+	major   string
+	global  bool
+	offset  int64
+	b       *bucket // the bucket the waiter queues on or was granted from
+	stage   int     // stageBucket, stageGlobal or stageGranted
+	token   uint64  // the global window's token, once granted
+	urgent  bool    // in the urgent lane
+	spacing int64   // the claim's Spacing in milliseconds
+	retry   bool    // the claim's Retry: it keeps its place in line
+	ready   chan struct{}
 }
 
 const (
@@ -183,7 +186,11 @@ func (s *Store) Estimate(ctx context.Context, claim store.Claim) (time.Duration,
 		return 0, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
+	seed(b, c)
 	wait := max(s.estimate(cr, b, c, now), millis(s.gates.Estimate(c.Route)))
+	if until := cr.sublimitWait(c, now); until > 0 {
+		wait = max(wait, until-now)
+	}
 	if c.Global {
 		// The claims queued for the global window ahead of this one.
 		limit := int64(s.pol.Limit(c))
@@ -199,7 +206,7 @@ var _ store.Estimator = (*Store)(nil)
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	if !s.gates.Active() {
-		return s.acquire(ctx, claim)
+		return s.acquireSub(ctx, claim)
 	}
 	// A Cloudflare block holds the claim before its bucket does.
 	start := s.clock.Now()
@@ -210,7 +217,7 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 	if claim.MaxWait > 0 {
 		claim.MaxWait = max(claim.MaxWait-s.clock.Now().Sub(start), 1)
 	}
-	r, err := s.acquire(ctx, claim)
+	r, err := s.acquireSub(ctx, claim)
 	if err != nil {
 		s.gates.Abandon(tk)
 		return nil, err
@@ -224,6 +231,24 @@ func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 // blocks for every credential.
 func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate(route) }
 
+// acquireSub is Acquire once no Cloudflare block holds the claim.
+func (s *Store) acquireSub(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
+	turn, err := s.awaitSublimit(ctx, &claim)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.acquire(ctx, claim)
+	if err != nil && turn {
+		s.mu.Lock()
+		if cr := s.creds[claim.Credential]; cr != nil {
+			cr.releaseSublimit(&claim)
+		}
+		s.mu.Unlock()
+	}
+	return r, err
+}
+
+// acquire is Acquire once no hidden sublimit holds the claim.
 func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
 	c := &claim
 	if err := ctx.Err(); err != nil {
@@ -250,6 +275,7 @@ func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		return nil, err
 	}
 	b := s.resolve(cr, c.Route, c.Major, now)
+	seed(b, c)
 	if c.Global {
 		cr.global.configure(now, s.pol.Limit(c), millis(s.pol.GlobalWindow))
 	}
@@ -277,7 +303,7 @@ func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 	}
 	s.seq++
-	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, ready: make(chan struct{})}
+	w := &waiter{seq: s.seq, route: c.Route, major: c.Major, global: c.Global, offset: s.hold, b: b, urgent: c.Priority == store.PriorityUrgent, spacing: millis(c.Spacing), retry: c.Retry, ready: make(chan struct{})}
 	if b != nil {
 		b.q.push(w)
 		s.pumpBucket(b, now)
@@ -373,6 +399,13 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 	return 0
 }
 
+// seed applies the claim's spacing to b, if any.
+func seed(b *bucket, c *store.Claim) {
+	if b != nil && c.Spacing > 0 {
+		b.Seed(millis(store.ClampDuration(c.Spacing)))
+	}
+}
+
 func handle(b *bucket) any {
 	if b == nil {
 		return nil
@@ -439,6 +472,9 @@ func (s *Store) pumpBucket(b *bucket, now int64) {
 			moved = true
 			continue
 		}
+		// A response naming another limit may have cleared the hold the
+		// waiter's claim seeds: seed it again before granting.
+		b.Seed(w.spacing)
 		if !b.available(now) {
 			break
 		}
@@ -563,6 +599,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	} else {
 		cr = s.cred(c.Credential, now)
 	}
+	cr.releaseSublimit(c)
 	if !u.Sent {
 		if token != 0 {
 			cr.global.remove(token)
@@ -607,6 +644,11 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 			if target != nil {
 				target.Shared(now, retry)
 			}
+		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&
+			model.HiddenSublimit(retry, h.ResetAfter, offset) && cr.holdSublimit(c, now, retry):
+			// A hidden sublimit of the request's kind: only its kind waits;
+			// the bucket follows its headers.
+			target.Observe(now, h, probes)
 		case target != nil: // user, and unknown scopes treated as conservatively
 			var hp *model.Headers
 			if u.HasLimit {

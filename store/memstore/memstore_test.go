@@ -486,3 +486,37 @@ func TestDeadWebhooksBounded(t *testing.T) {
 		t.Errorf("%d webhooks on cooldown kept; want the most recent ones, about %d", n, maxDead)
 	}
 }
+
+// TestSublimitsBounded: a credential keeps at most maxSubs hidden
+// sublimits; beyond it, a sublimit's 429 pauses its whole bucket instead.
+func TestSublimitsBounded(t *testing.T) {
+	t.Parallel()
+	s, _ := newFake(t)
+	rename := func(i int) store.Claim {
+		return store.Claim{Credential: "bot", Route: "PATCH /channels/:id", Major: fmt.Sprintf("channels/%d", i), Kind: "rename"}
+	}
+	limited := func(c store.Claim) store.Update {
+		u := headers(c, "e", 5, 3, time.Second)
+		u.Status, u.Scope, u.RetryAfter = 429, store.ScopeUser, 10*time.Minute
+		return u
+	}
+	for i := range maxSubs + 10 {
+		c := rename(i)
+		update(t, s, acquire(t, s, c), limited(c))
+	}
+	s.mu.Lock()
+	n := len(s.creds["bot"].subs)
+	s.mu.Unlock()
+	if n > maxSubs {
+		t.Errorf("%d sublimits kept; want at most %d", n, maxSubs)
+	}
+	// The last ones, beyond the bound, paused their buckets: another edit
+	// of that channel waits too.
+	edit := rename(maxSubs + 9)
+	edit.Kind = ""
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(ctx, edit); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire(an edit of a channel whose sublimit was not kept) = %v; want it to wait for the pause", err)
+	}
+}

@@ -16,9 +16,15 @@ func (q *queue) len() int       { return len(q.w) - q.head }
 func (q *queue) front() *waiter { return q.w[q.head] }
 
 func isUrgent(w *waiter) bool { return w.urgent }
+func isRetry(w *waiter) bool  { return w.retry }
 
-// push places w in its lane.
+// push places w in its lane: at the back, or for a retry at the front (see
+// lane.PlaceRetry).
 func (q *queue) push(w *waiter) {
+	if w.retry {
+		q.w = lane.Insert(q.w, lane.PlaceRetry(q.w, q.head, w.urgent, isUrgent, isRetry), w)
+		return
+	}
 	q.w = lane.Insert(q.w, lane.Place(q.w, q.head, w.urgent, isUrgent, q.streak), w)
 }
 

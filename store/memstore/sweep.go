@@ -100,6 +100,7 @@ func (s *Store) sweepCred(cr *cred, now int64) {
 			delete(cr.dead, m)
 		}
 	}
+	cr.sweepSubs(now)
 	cr.bucketsPeak = shrink(&cr.buckets, cr.bucketsPeak)
 	cr.routesPeak = shrink(&cr.routes, cr.routesPeak)
 }
@@ -110,7 +111,7 @@ func (b *bucket) idle(now int64) bool {
 
 // empty reports whether cr holds nothing worth keeping at now.
 func (cr *cred) empty(now int64) bool {
-	return len(cr.buckets) == 0 && len(cr.routes) == 0 && len(cr.dead) == 0 && cr.idle(now)
+	return len(cr.buckets) == 0 && len(cr.routes) == 0 && len(cr.dead) == 0 && len(cr.subs) == 0 && cr.idle(now)
 }
 
 // idle reports whether cr's own state (not its buckets and routes) may be

@@ -111,7 +111,7 @@ local function flush()
     local e = buckets[key]
     if e.ttl then
       local b = e.b
-      local last = math.max(b.resetAt, b.pause, b.pendingUntil)
+      local last = math.max(b.resetAt, b.pause, b.pendingUntil, b.heldAt + b.hold)
       local keep = e.ttl
       if last > now then keep = keep + ceil(last - now) end
       redis.call('SET', key, encode(b), 'PX', keep)

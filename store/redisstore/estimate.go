@@ -41,7 +41,7 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 	s.mu.Lock()
 	guess := s.guesses[c.Credential+"\x00"+c.Route]
 	queued := 0
-	if q := s.queues[qkey{cred: c.Credential, route: c.Route, major: c.Major}]; q != nil {
+	if q := s.queues[qkey{cred: c.Credential, route: c.Route, major: c.Major, kind: c.Kind}]; q != nil {
 		queued = len(q.waiters)
 	}
 	s.mu.Unlock()
@@ -50,9 +50,9 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 	pid := probeID(c.Route, c.Major)
 	for range 3 { // the route's hash may have changed since it was cached
 		bid := guessedID(guess, c.Route, c.Major)
-		keys := []string{k.routes(), k.cred(), k.global(), k.dead(c.Major), k.bucket(bid), k.bucket(pid), k.tickets(bid)}
+		keys := []string{k.routes(), k.cred(), k.global(), k.dead(c.Major), k.bucket(bid), k.bucket(pid), k.tickets(bid), k.sublimit(c.Route, c.Major, c.Kind)}
 		args := []any{c.Route, guess, flag(c.Global), s.pol.Limit(&c), millis(s.pol.GlobalWindow),
-			millis(s.pol.GlobalHold), flag(c.TokenAuth), queued, s.clockArg()}
+			millis(s.pol.GlobalHold), flag(c.TokenAuth), queued, millis(store.ClampDuration(c.Spacing)), c.Kind, s.clockArg()}
 		var reply any
 		_, err := s.bounded(ctx, func(ctx context.Context) error {
 			var err error

@@ -219,7 +219,7 @@ func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefi
 	}
 	for i := 1; i <= n; i++ {
 		for _, kind := range kinds {
-			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major,
+			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major, sub: q.key.kind,
 				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth, qid: q.id}
 			if kind == kindLearned {
 				h.hash = guess

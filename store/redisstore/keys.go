@@ -56,6 +56,12 @@ func (k credKeys) applied(proc string) string { return k.base + "a:" + proc }
 // dead is the cooldown key of a token-authenticated major.
 func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }
 
+// sublimit holds, while it lives, the hidden sublimit of the requests of
+// kind on route and major (see store.Claim.Kind).
+func (k credKeys) sublimit(route, major, kind string) string {
+	return k.base + "s:" + digest(route, major, kind)
+}
+
 func (k credKeys) bucket(bid string) string    { return k.base + "b:" + bid }
 func (k credKeys) tickets(bid string) string   { return k.base + "w:" + bid }
 func (k credKeys) ticketExp(bid string) string { return k.base + "x:" + bid }

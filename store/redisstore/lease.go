@@ -115,7 +115,7 @@ func (s *Store) revokeLease(h *permit, u *store.Update) {
 		return
 	}
 	s.mu.Lock()
-	q := s.queues[qkey{cred: h.cred, route: h.route, major: h.major}]
+	q := s.queues[qkey{cred: h.cred, route: h.route, major: h.major, kind: h.sub}]
 	var back []grant
 	if q != nil && len(q.lease) > 0 && (u.Status == 429 || !u.HasLimit || u.Remaining <= 2*len(q.lease)) {
 		back = q.takeLease()

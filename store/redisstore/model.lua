@@ -9,7 +9,7 @@
 
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
-  'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil'}
+  'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt'}
 local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true}
 
 local MAX_DURATION = 24 * 3600 * 1000
@@ -88,6 +88,7 @@ end
 local function available(b, t, blocked)
   if t < b.pause or t < blocked or b.retired then return false end
   if b.unlimited then return true end
+  if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
   if not b.known then return b.pending == 0 end
   if not b.sliding and b.pending == 0 and b.resetAt ~= 0 and t >= b.resetAt then
     b.remaining = b.limit
@@ -99,6 +100,10 @@ end
 local function wakeAt(b, t, blocked)
   local at = math.max(b.pause, blocked)
   if at > t then return at end
+  if b.hold > 0 and not b.unlimited then
+    if b.pending > 0 then return 0 end
+    if b.heldAt + b.hold > t then return b.heldAt + b.hold end
+  end
   if b.known and b.remaining <= 0 and b.sliding then
     return math.max(dripAt(b), t + 1)
   end
@@ -110,6 +115,7 @@ end
 
 local function take(b, t)
   b.pending = b.pending + 1
+  if b.hold > 0 then b.heldAt = math.max(b.heldAt, t) end
   if not b.known or b.unlimited then return end
   b.level = levelNow(b, t) + 1
   b.levelAt = t
@@ -126,6 +132,7 @@ end
 
 local function unanswered(b, t)
   settle(b)
+  b.heldAt = math.max(b.heldAt, t)
   if not b.known or b.unlimited or b.sliding then return end
   b.resetAt = math.max(b.resetAt, t + b.offset + b.window)
 end
@@ -163,6 +170,8 @@ local function observe(b, t, h, probes)
   local after = h.resetAfter
   if after < 0 then after = math.max(b.window, 1000) end
   local reset = t + clamp(after) + clamp(h.offset)
+  b.heldAt = math.max(b.heldAt, t)
+  if b.hold > 0 and limit ~= b.holdLimit then b.hold, b.holdLimit = 0, 0 end
   if limit > 0 and remaining == limit - 1 and h.resetAfter > 0 and (b.span == 0 or h.resetAfter < b.span) then
     b.span = h.resetAfter
   end
@@ -212,8 +221,16 @@ local function observe(b, t, h, probes)
 end
 
 local function limited(b, t, retry, h, probes)
+  local contradicted = b.known and not b.unlimited and not b.estimated and b.remaining >= 0 and t < b.resetAt
+    and (h == nil or h.limit == b.limit) and t >= b.pause
+  local since = math.min(math.max(t - b.heldAt, 0), b.window)
   if h then observe(b, t, h, probes) end
   b.pause = math.max(b.pause, t + clamp(retry))
+  b.heldAt = math.max(b.heldAt, t)
+  if contradicted and clamp(retry) > 0 then
+    b.hold = math.max(b.hold, clamp(clamp(retry) + since))
+    b.holdLimit = b.limit
+  end
   b.sliding, b.evidence = false, 0
   if b.known then
     b.remaining = 0
@@ -223,10 +240,20 @@ end
 
 local function shared(b, t, retry)
   b.pause = math.max(b.pause, t + clamp(retry))
+  b.heldAt = math.max(b.heldAt, t)
+end
+
+local function seed(b, hold)
+  if hold <= 0 or b.unlimited or hold <= b.hold then return end
+  b.hold = clamp(hold)
+  b.holdLimit = b.limit
 end
 
 local function bound(b, t, blocked, ahead)
   local at = math.max(t, b.pause, blocked)
+  if b.hold > 0 and not b.unlimited then
+    at = math.max(at, b.heldAt + b.hold * (1 + ahead))
+  end
   if not b.known or b.limit <= 0 or b.remaining > ahead then return at end
   if b.sliding then return math.max(at, dripAt(b)) end
   if b.resetAt > t then
@@ -238,7 +265,7 @@ end
 
 -- idle reports whether b holds nothing worth keeping at t.
 local function idle(b, t)
-  if b.pending > 0 or t < b.pause then return false end
+  if b.pending > 0 or t < b.pause or (b.hold > 0 and t < b.heldAt + b.hold) then return false end
   return b.retired or not b.known or b.resetAt == 0 or t >= b.resetAt
 end
 
@@ -263,6 +290,15 @@ local function cooldownOf(status, tokenAuth, anonymous)
   if tokenAuth and (status == 401 or status == 404) then return 2 end
   if not tokenAuth and not anonymous and status == 401 then return 1 end
   return 0
+end
+
+local SUBLIMIT_MARGIN = 1000
+
+-- hiddenSublimit: a user 429 of a request of a kind (a rename) whose retry
+-- outlasts its bucket's reset by more than SUBLIMIT_MARGIN came from the
+-- kind's hidden sublimit.
+local function hiddenSublimit(retry, resetAfter, offset)
+  return resetAfter >= 0 and clamp(retry) > clamp(resetAfter) + clamp(offset) + SUBLIMIT_MARGIN
 end
 
 -- learnRoute: 0 same, 1 learned the named hash, 2 no bucket.

@@ -47,6 +47,7 @@ elseif op == 'shared' then shared(st, a(1), a(2))
 elseif op == 'wakeAt' then res = wakeAt(st, a(1), a(2))
 elseif op == 'bound' then res = bound(st, a(1), a(2), a(3))
 elseif op == 'idle' then res = flag(idle(st, a(1)))
+elseif op == 'seed' then seed(st, a(1))
 end
 local out = {string.format('%.17g', res)}
 for i, f in ipairs(FIELDS) do
@@ -77,6 +78,7 @@ func opBound(now, blocked, ahead int64) op {
 	return op{"bound", []int64{now, blocked, ahead}}
 }
 func opIdle(now int64) op          { return op{"idle", []int64{now}} }
+func opSeed(hold int64) op         { return op{"seed", []int64{hold}} }
 func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
 func opObserve(now, probes int64, h model.Headers) op {
 	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset}}
@@ -129,6 +131,8 @@ func (o op) apply(b *model.Bucket) float64 {
 		return float64(b.Bound(a[0], a[1], a[2]))
 	case "idle":
 		return flag(b.Idle(a[0]))
+	case "seed":
+		b.Seed(a[0])
 	default:
 		panic("unknown op " + o.name)
 	}
@@ -149,7 +153,7 @@ func fields(b *model.Bucket) []float64 {
 		float64(b.Window), float64(b.Span), float64(b.Offset), float64(b.Pending), float64(b.Pause),
 		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
-		float64(b.TauHi), 0,
+		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt),
 	}
 }
 
@@ -179,7 +183,7 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
-	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil"}
+	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -393,6 +397,109 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "a 429 while the headers said a slot remained holds the bucket to one at a time, apart by the time since the last response plus retry",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
+				opTake(t0 + 360), opSettle(),
+				opObserve(t0+400, 0, h(5, 4, 100)),
+			},
+			checks: []check{
+				{4, opAvailable(t0+359, 0), 0},
+				{4, opAvailable(t0+360, 0), 1},
+				{5, opAvailable(t0+361, 0), 0}, // one in flight
+				{5, opWakeAt(t0+361, 0), 0},    // only its response opens it
+				{7, opAvailable(t0+709, 0), 0}, // a hold (50 + 260) after the last response
+				{7, opAvailable(t0+710, 0), 1},
+				{7, opWakeAt(t0+401, 0), t0 + 710},
+				{7, opBound(t0+401, 0, 2), t0 + 400 + 3*310},
+				{7, opIdle(t0 + 709), 0},
+				{7, opIdle(t0 + 5000), 1},
+			},
+		},
+		{
+			name:  "a 429 the headers announced (none remained) learns no hold",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(1, 1, 1000)), opTake(t0 + 1),
+				opObserve(t0+40, 0, h(1, 0, 960)), opTake(t0 + 41),
+				opLimited(t0+60, 1000, &model.Headers{Limit: 1, Remaining: 0, ResetAfter: 940, Offset: 10}, 0),
+			},
+			checks: []check{
+				{5, opBound(t0+60, 0, 0), t0 + 1060},
+			},
+		},
+		{
+			name:  "a 429 naming a lowered limit learns no hold: the new limit explains it",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+			},
+			checks: []check{
+				{4, opAvailable(t0+310, 0), 1},
+				{4, opBound(t0+50, 0, 3), t0 + 310},
+			},
+		},
+		{
+			name:  "a 429 during an earlier 429's pause learns no hold: it echoes the first",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0), // a hold of 100 + 50
+				opSettle(),
+				opLimited(t0+70, 2000, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+				opSettle(),
+				opObserve(t0+3000, 0, h(10, 9, 100)),
+			},
+			checks: []check{
+				{10, opAvailable(t0+3149, 0), 0},
+				{10, opAvailable(t0+3150, 0), 1},
+			},
+		},
+		{
+			name:  "a learned hold ends when a response names another limit",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 500, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
+				opTake(t0 + 600), opSettle(),
+				opObserve(t0+650, 0, h(10, 9, 1000)),
+				opTake(t0 + 651),
+			},
+			checks: []check{
+				{6, opAvailable(t0+601, 0), 0},
+				{7, opAvailable(t0+651, 0), 1},
+				{8, opAvailable(t0+652, 0), 1}, // two in flight again
+			},
+		},
+		{
+			name:  "a seeded hold spaces requests; a shorter seed leaves it",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 10, 1000)), opSeed(250),
+				opTake(t0 + 250), opSettle(), opObserve(t0+300, 0, h(10, 9, 1000)),
+				opSeed(100),
+			},
+			checks: []check{
+				{2, opAvailable(t0+249, 0), 0},
+				{2, opAvailable(t0+250, 0), 1},
+				{3, opAvailable(t0+251, 0), 0},
+				{5, opAvailable(t0+549, 0), 0},
+				{6, opAvailable(t0+550, 0), 1},
+				{6, opWakeAt(t0+301, 0), t0 + 550},
+			},
+		},
+		{
+			name:  "a credential's counter for routes without a bucket is never seeded",
+			start: model.Bucket{Unlimited: true},
+			steps: []op{opSeed(250), opTake(t0)},
+			checks: []check{
+				{2, opAvailable(t0, 0), 1},
+			},
+		},
+		{
 			name:  "absurd durations are clamped",
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, model.Headers{Limit: 1, Remaining: 0, ResetAfter: 1 << 50, Offset: -5}), opShared(t0, 1<<52)},
@@ -490,8 +597,10 @@ func TestModelDifferential(t *testing.T) {
 				o = opShared(now, int64(rng.IntN(5000)))
 			case r < 92:
 				o = opWakeAt(now, pick(rng, 0, now+int64(rng.IntN(100))))
-			case r < 97:
+			case r < 95:
 				o = opBound(now, 0, int64(rng.IntN(12)))
+			case r < 97:
+				o = opSeed(int64(rng.IntN(400)))
 			default:
 				o = opIdle(now)
 			}
@@ -506,4 +615,53 @@ func pick(rng *rand.Rand, a, b int64) int64 {
 		return b
 	}
 	return a
+}
+
+var sublimitScript = redis.NewScript(redisstore.ModelSource + `
+local out = {}
+for i = 1, #ARGV, 3 do
+  local r = 0
+  if hiddenSublimit(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) then r = 1 end
+  out[#out + 1] = r
+end
+return out
+`)
+
+// TestModelHiddenSublimit requires both homes to tell a hidden sublimit's
+// 429 from its bucket's alike, on the edges and on random values.
+func TestModelHiddenSublimit(t *testing.T) {
+	c := modelClient(t)
+	cases := [][3]int64{
+		{600_010, 3000, 10}, // a rename: minutes against seconds
+		{310, 234, 10},      // a bucket's own 429: retry_after a little past its reset
+		{1250, 240, 10},     // at the margin
+		{1251, 240, 10},     // past it
+		{5000, -1, 10},      // no reset: cannot tell
+		{1 << 40, 0, -5},    // clamped
+	}
+	want := []int64{1, 0, 0, 1, 0, 1}
+	rng := rand.New(rand.NewPCG(3, 11))
+	for range 200 {
+		cases = append(cases, [3]int64{int64(rng.IntN(20000)), int64(rng.IntN(12000)) - 1000, int64(rng.IntN(50))})
+	}
+	var args []any
+	for _, x := range cases {
+		args = append(args, x[0], x[1], x[2])
+	}
+	got, err := sublimitScript.Run(t.Context(), c, nil, args...).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range cases {
+		g := int64(0)
+		if model.HiddenSublimit(x[0], x[1], x[2]) {
+			g = 1
+		}
+		if got[i] != g {
+			t.Errorf("HiddenSublimit(%d, %d, %d) = %d in Go, %d in model.lua", x[0], x[1], x[2], g, got[i])
+		}
+		if i < len(want) && g != want[i] {
+			t.Errorf("HiddenSublimit(%d, %d, %d) = %d; want %d", x[0], x[1], x[2], g, want[i])
+		}
+	}
 }

@@ -13,9 +13,19 @@ import (
 	"github.com/ratecord/ratecord/store/internal/lane"
 )
 
-// qkey names a process-local queue.
+// qkey names a process-local queue. Claims of a kind (see
+// [store.Claim].Kind) queue apart, so that a hidden sublimit that holds
+// them does not hold the other requests of their bucket.
 type qkey struct {
-	cred, route, major string
+	cred, route, major, kind string
+}
+
+// queueID returns the id of the queue of k in Redis, for the Store with id.
+func queueID(id string, k qkey) string {
+	if k.kind != "" {
+		return id + ":q" + digest(k.cred, k.route, k.major, k.kind)
+	}
+	return id + ":q" + digest(k.cred, k.route, k.major)
 }
 
 // lqueue is the line of this process's waiters on one (credential, route,
@@ -69,10 +79,15 @@ type waiter struct {
 }
 
 func isUrgent(w *waiter) bool { return w.claim.Priority == store.PriorityUrgent }
+func isRetry(w *waiter) bool  { return w.claim.Retry }
 
-// add places w in its lane of q (see store/internal/lane); s.mu must be
-// held.
+// add places w in its lane of q (see store/internal/lane), a retry at its
+// front; s.mu must be held.
 func (q *lqueue) add(w *waiter) {
+	if w.claim.Retry {
+		q.waiters = lane.Insert(q.waiters, lane.PlaceRetry(q.waiters, 0, isUrgent(w), isUrgent, isRetry), w)
+		return
+	}
 	q.waiters = lane.Insert(q.waiters, lane.Place(q.waiters, 0, isUrgent(w), isUrgent, q.streak), w)
 }
 
@@ -114,7 +129,7 @@ func (s *Store) queue(k qkey) *lqueue {
 	if q != nil {
 		return q
 	}
-	q = &lqueue{key: k, id: s.id + ":q" + digest(k.cred, k.route, k.major), wakeup: make(chan struct{}, 1)}
+	q = &lqueue{key: k, id: queueID(s.id, k), wakeup: make(chan struct{}, 1)}
 	s.queues[k] = q
 	m := s.byCred[k.cred]
 	if m == nil {
@@ -158,7 +173,7 @@ func (s *Store) dropTicket(q *lqueue, bid string) {
 
 // compatible reports whether two claims of one queue may share a claim call.
 func compatible(a, b *store.Claim) bool {
-	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.TokenAuth == b.TokenAuth
+	return a.Global == b.Global && a.GlobalLimit == b.GlobalLimit && a.TokenAuth == b.TokenAuth && a.Spacing == b.Spacing
 }
 
 // driverLinger is how long a driver whose queue emptied waits for a new
@@ -397,7 +412,7 @@ func (s *Store) permitOf(q *lqueue, head *store.Claim, guess string, r claimRepl
 		hash = guess
 	}
 	return grant{Bucket: hash, Handle: &permit{
-		cred: q.key.cred, route: q.key.route, major: q.key.major,
+		cred: q.key.cred, route: q.key.route, major: q.key.major, sub: q.key.kind,
 		kind: r.bkind, hash: hash, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth,
 		limit: r.limit,
 	}}

@@ -308,7 +308,7 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 		s.giveBackLocal(local)
 		return grant{}, &store.WaitError{Err: store.ErrClosed}
 	}
-	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major})
+	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major, kind: c.Kind})
 	if local == nil {
 		if p, ok := q.leased(&c, start); ok {
 			s.mu.Unlock()
@@ -430,6 +430,7 @@ type permit struct {
 	lent               bool   // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
 	qid                string // for the slots of a claim whose reply was lost: the queue that claimed
 	cred, route, major string
+	sub                string // the claim's Kind
 	kind               int
 	hash               string // the learned hash, for kindLearned
 	member             string // the permit's id in the global set: the claim's prefix and a number

@@ -180,7 +180,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 	if u.Bucket != "" {
 		tid = learnedID(u.Bucket, h.major)
 	}
-	st.keys = append(st.keys, k.dead(h.major), k.bucket(gid), k.bucket(tid), k.lastGrant(h.qid))
+	st.keys = append(st.keys, k.dead(h.major), k.bucket(gid), k.bucket(tid), k.lastGrant(h.qid), k.sublimit(h.route, h.major, h.sub))
 	resetAfter := int64(-1)
 	if u.ResetAfter >= 0 {
 		resetAfter = millis(store.ClampDuration(u.ResetAfter))
@@ -195,7 +195,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
 		cooldownMs, flag(h.tokenAuth), h.kind, h.hash, flag(h.global),
-		millis(bucketTTL), millis(routeTTL), digest(h.major), flag(h.cred == store.Unauthenticated),
+		millis(bucketTTL), millis(routeTTL), digest(h.major), flag(h.cred == store.Unauthenticated), h.sub,
 	)
 	st.n++
 	return gid, tid
@@ -208,12 +208,13 @@ func (st *step) claim(s *Store, c *store.Claim, guess string, n, extra int, pref
 	k := s.keysOf(c.Credential)
 	pid := probeID(c.Route, c.Major)
 	bid := guessedID(guess, c.Route, c.Major) // for "", the probe's: the probe keys follow
-	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid), k.lastGrant(qid))
+	st.keys = append(st.keys, k.dead(c.Major), k.bucket(bid), k.tickets(bid), k.ticketExp(bid), k.bucket(pid), k.lastGrant(qid),
+		k.sublimit(c.Route, c.Major, c.Kind))
 	st.args = append(st.args,
 		c.Route, guess, flag(c.Global), s.pol.Limit(c), millis(s.pol.GlobalWindow),
 		millis(s.pol.GlobalHold), flag(c.TokenAuth), n, prefix,
 		millis(s.pendingTimeout), qid, millis(s.poll), millis(bucketTTL), millis(routeTTL),
-		digest(c.Major), extra,
+		digest(c.Major), extra, millis(store.ClampDuration(c.Spacing)), c.Kind,
 	)
 	st.claims = true
 }

@@ -8,8 +8,8 @@
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 probes    HASH  major digest -> probe requests in flight
 --   5 applied   STRING the sequence number of this process's last update applied
---   then, per update, 4 keys: dead, gbucket, tbucket, lastgrant (see update below)
---   then, with a claim, 6 keys: dead, bucket, tickets, ticketexp, pbucket, lastgrant
+--   then, per update, 5 keys: dead, gbucket, tbucket, lastgrant, sublimit (see update below)
+--   then, with a claim, 7 keys: dead, bucket, tickets, ticketexp, pbucket, lastgrant, sublimit
 -- ARGV:
 --   1 number of updates     2 claim (1/0)
 --   then, per update, its sequence number and UPDATE_ARGS arguments; then,
@@ -23,7 +23,7 @@
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
-local UPDATE_ARGS, CLAIM_ARGS = 21, 16
+local UPDATE_ARGS, CLAIM_ARGS = 22, 18
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
 local LEASE_FLOOR = 64
@@ -44,6 +44,9 @@ local APPLIED_TTL = 3600 * 1000
 --   7 probes   HASH  major digest -> probe requests in flight
 --   8 lastgrant STRING the permit id prefix of the last grant of the queue
 --                     that claimed the permit (for A[3] = 3)
+--   9 sublimit HASH  the hidden sublimit of A[22]: until (its requests wait until
+--                    then), busy (one of them is out, sent after until: its timeout);
+--                    TTL until + as long again, while they go one at a time
 -- A:
 --   1 route template    2 permit id ("" when none)
 --   3 sent (1/0; 2: an unused slot of a lease; 3: a slot of a claim whose reply was lost)
@@ -54,6 +57,7 @@ local APPLIED_TTL = 3600 * 1000
 --  15 granted kind (0 learned, 1 probe, 2 none, -1 no permit)
 --  16 granted hash     17 global (1/0)              18 bucket TTL (ms)
 --  19 route TTL (ms)   20 major digest          21 anonymous: no credential (1/0)
+--  22 the claim's kind (see store.Claim.Kind; "" none)
 -- Reply: {1, wake}: how many ms from now the bucket the response concerns
 -- may grant again by the passing of time alone (0: now), or -1 when only a
 -- response can open it or it is unknown.
@@ -78,6 +82,8 @@ local function update(K, A)
 
   local c = loadCred(K[2])
   local credDirty = false
+  -- The request of a kind that was out after its sublimit is out no more.
+  if A[22] ~= '' then redis.call('HDEL', K[9], 'busy') end
 
   -- wakeOf returns in how many ms b may grant by the passing of time alone:
   -- 0 for now, -1 when only a response can open it.
@@ -164,6 +170,13 @@ local function update(K, A)
       credDirty = true
     elseif scope == 'shared' then
       if target then shared(target, now, retry) end
+    elseif target and A[22] ~= '' and scope == 'user' and hasLimit and hiddenSublimit(retry, h.resetAfter, h.offset) then
+      -- A hidden sublimit of the request's kind: only its kind waits; the
+      -- bucket follows its headers.
+      local untilT = math.max(tonumber(redis.call('HGET', K[9], 'until')) or 0, now + clamp(retry))
+      redis.call('HSET', K[9], 'until', untilT)
+      extend(K[9], math.max(1, ceil(untilT - now + clamp(retry))))
+      observe(target, now, h, probes)
     elseif target then
       limited(target, now, retry, hp, probes)
     else
@@ -208,6 +221,7 @@ end
 --   8 pbucket   STRING the model state of the probe bucket of (route, major)
 --   9 probes    HASH  major digest -> probe requests in flight
 --  10 lastgrant STRING the permit id prefix of this queue's last grant
+--  11 sublimit  HASH  the hidden sublimit of A[18] (see update)
 -- A:
 --   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
 --   3 global (1/0)          4 global limit            5 global window (ms)
@@ -216,6 +230,8 @@ end
 --  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
 --  15 major digest         16 extra slots for a lease (lent only from a bucket
 --                              nobody else waits on, with plenty free: a quarter at most)
+--  17 spacing (ms): the claim's seeded hold (see model.lua's seed), 0 none
+--  18 the claim's kind (see store.Claim.Kind; "" none)
 -- The invalid-request guard is not the script's: it counts per store (an
 -- IP address), on a key of its own (see invalid.lua).
 -- Reply, always an array whose first element is the kind:
@@ -235,12 +251,40 @@ local function claim(K, A)
   local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
   local majorDigest = A[15]
   local extra = tonumber(A[16]) or 0
+  local spacing = tonumber(A[17]) or 0
 
   local c = loadCred(K[2])
   local gpause, blocked = c.pause, c.blocked
 
   local refused = refusal(c, tokenAuth, K[4])
   if refused then return refused end
+
+  -- A hidden sublimit holds the claims of its kind only; their queue
+  -- leaves the bucket's line while it waits. After it, as long again,
+  -- they go one at a time, so that those that waited do not all meet the
+  -- sublimit again at once.
+  local subTurn = false
+  if A[18] ~= '' then
+    local st = redis.call('HMGET', K[11], 'until', 'busy')
+    local untilT, busy = tonumber(st[1]), tonumber(st[2]) or 0
+    if untilT then
+      local w, lower = 0, 0
+      if untilT > now then
+        w = ceil(untilT - now)
+        lower = w
+      elseif busy > now then
+        w = poll -- until the response of the one that is out
+      else
+        subTurn = true
+        want, extra = 1, 0
+      end
+      if not subTurn then
+        redis.call('ZREM', K[6], qid)
+        redis.call('ZREM', K[7], qid)
+        return {1, w, lower, 1, 0}
+      end
+    end
+  end
 
   -- Resolve the route. The caller named the keys of the bucket it expects;
   -- when the route maps elsewhere it must call again with the right keys.
@@ -298,6 +342,7 @@ local function claim(K, A)
     local pb = loadBucket(K[8], 1)
     if pb.pending > 0 then kind, B, b = 1, K[8], pb end
   end
+  seed(b, spacing)
 
   if not available(b, now, blocked) and (now < b.pause or now < blocked) then
     local scope = 3
@@ -417,6 +462,7 @@ local function claim(K, A)
   -- The queue's last grant, so that giving back the slots of a claim whose
   -- reply was lost changes nothing unless the claim ran.
   redis.call('SET', K[10], prefix, 'PX', pendingTTL)
+  if subTurn then redis.call('HSET', K[11], 'busy', now + delay + pendingTTL) end
   if kind ~= 2 then
     for _ = 1, k do take(b, now) end
     b.pendingUntil = now + delay + pendingTTL
@@ -454,7 +500,7 @@ local last = tonumber(redis.call('GET', KEYS[5])) or -1
 local applied = last
 for i = 1, nu do
   local seq = tonumber(ARGV[a])
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4], KEYS[k + 3]}
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4], KEYS[k + 3], KEYS[k + 4]}
   local A = {}
   for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j] end
   if seq > last then
@@ -464,13 +510,14 @@ for i = 1, nu do
   else
     reply[i + 1] = -1
   end
-  k, a = k + 4, a + 1 + UPDATE_ARGS
+  k, a = k + 5, a + 1 + UPDATE_ARGS
 end
 if applied > last then
   redis.call('SET', KEYS[5], applied, 'PX', APPLIED_TTL)
 end
 if withClaim then
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4], KEYS[k + 5]}
+  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4], KEYS[k + 5],
+    KEYS[k + 6]}
   local A = {}
   for j = 1, CLAIM_ARGS do A[j] = ARGV[a + j - 1] end
   local r = claim(K, A)

@@ -62,6 +62,7 @@ func cases() []testCase {
 		{name: "LimitLowered", run: testLimitLowered},
 		{name: "FIFO", serial: true, run: testFIFO},
 		{name: "Priority", serial: true, run: testPriority},
+		{name: "RetryKeepsPlace", serial: true, policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testRetryKeepsPlace},
 		{name: "CancelWaiter", run: testCancelWaiter},
 		{name: "CancelGivesBackSlot", policy: store.Policy{GlobalWindow: far}, run: testCancelGivesBackSlot},
 		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
@@ -71,6 +72,9 @@ func cases() []testCase {
 		{name: "GlobalSlidingWindow", serial: true, policy: store.Policy{GlobalWindow: slidingWindow}, run: testGlobalSlidingWindow},
 		{name: "Global429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testGlobal429},
 		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
+		{name: "LearnedHold", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedHold},
+		{name: "Spacing", run: testSpacing},
+		{name: "HiddenSublimit", policy: store.Policy{ResetOffset: 10 * time.Millisecond}, run: testHiddenSublimit},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "BlockedBan", run: testBlockedBan},
@@ -113,6 +117,7 @@ const (
 	routeEdit   = "PATCH /channels/:id/messages/:id"
 	routeMe     = "GET /users/@me"
 	routeHook   = "POST /webhooks/:id/:token"
+	routeChan   = "PATCH /channels/:id"
 	major1      = "channels/1"
 	major2      = "channels/2"
 	major3      = "channels/3"
@@ -941,6 +946,133 @@ func testUser429(h *harness) {
 	h.acquireNow(c2) // another major is not affected
 	r := h.granted(waiting, "request after a user 429")
 	h.notBefore(r, t0, retry+offset, "request after a user 429")
+}
+
+// testRetryKeepsPlace: a request claimed again after its 429 (Claim.Retry)
+// goes ahead of the requests that queued behind the pause, rather than
+// behind them.
+func testRetryKeepsPlace(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 1, 1, 200*time.Millisecond)
+	p := h.acquireNow(c)
+	u := limits(c, "h", 1, 0, 200*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = 200 * time.Millisecond
+	h.update(p, u)
+
+	ctx := h.t.Context()
+	later1 := h.queue(ctx, c)
+	later2 := h.queue(ctx, c)
+	retry := c
+	retry.Retry = true
+	r := h.granted(h.acquireAsync(ctx, retry), "the retry")
+	later1 = h.stillWaiting(later1, watch, "a request that queued during the pause, while the retry is in flight")
+	later2 = h.stillWaiting(later2, 0, "another request that queued during the pause")
+	h.update(r.p, limits(c, "h", 1, 0, 50*time.Millisecond))
+	h.update(h.granted(later1, "the first request queued during the pause").p, limits(c, "h", 1, 0, 50*time.Millisecond))
+	h.update(h.granted(later2, "the second request queued during the pause").p, limits(c, "h", 1, 0, 50*time.Millisecond))
+}
+
+// testLearnedHold: a user 429 from a bucket whose headers said a slot
+// remained holds the bucket to one request in flight, the retry_after apart
+// counted from the last response, until a response names another limit.
+func testLearnedHold(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 10, 9, 200*time.Millisecond)
+	p := h.acquireNow(c) // the headers said 9 remained
+
+	const retry, offset = 250 * time.Millisecond, 20 * time.Millisecond
+	u := limits(c, "h", 10, 8, 150*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = retry
+	t0 := time.Now()
+	h.update(p, u)
+
+	r := h.granted(h.acquireAsync(h.t.Context(), c), "request after the 429")
+	h.notBefore(r, t0, retry+offset, "request after the 429")
+	// One at a time: the next waits for the response, then the hold.
+	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
+	t1 := time.Now()
+	h.update(r.p, limits(c, "h", 10, 9, 200*time.Millisecond))
+	r = h.granted(next, "second request after the hold")
+	h.notBefore(r, t1, retry+offset, "second request after the hold")
+
+	// A response naming another limit ends the hold.
+	h.update(r.p, limits(c, "h", 20, 19, 200*time.Millisecond))
+	h.acquireNow(c)
+	h.acquireNow(c)
+}
+
+// testSpacing: a claim's Spacing holds its bucket to one request in flight,
+// Spacing apart counted from the last response.
+func testSpacing(h *harness) {
+	const spacing = 200 * time.Millisecond
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 10, 9, far)
+	c.Spacing = spacing
+	p := h.acquireNow(c)
+	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
+	t0 := time.Now()
+	// A response naming another limit ends a learned hold, not the
+	// spacing claims ask for.
+	h.update(p, limits(c, "h", 20, 18, far))
+	r := h.granted(next, "second request after the spacing")
+	h.notBefore(r, t0, spacing, "second request after the spacing")
+	// Claims without the spacing are held while the bucket is.
+	plain := claim(c.Credential, routeCreate, major1)
+	h.mustWait(plain, watch)
+}
+
+// testHiddenSublimit: a user 429 of a claim with a Kind whose retry_after
+// outlasts its bucket's reset holds only the claims of that kind on that
+// route and major; the bucket's other requests go on under its headers.
+func testHiddenSublimit(h *harness) {
+	edit := claim(h.cred("a"), routeChan, major1)
+	h.learn(edit, "e", 5, 4, 100*time.Millisecond)
+	rename := edit
+	rename.Kind = "rename"
+	p := h.acquireNow(rename)
+
+	const retry = 2500 * time.Millisecond // longer than atOnce: a paused bucket would fail acquireNow
+	u := limits(rename, "e", 5, 3, 100*time.Millisecond)
+	u.Status = 429
+	u.Scope = store.ScopeUser
+	u.RetryAfter = retry
+	t0 := time.Now()
+	h.update(p, u)
+
+	h.update(h.acquireNow(edit), limits(edit, "e", 5, 3, 100*time.Millisecond)) // not a rename: goes on
+	other := rename
+	other.Major = major2
+	h.update(h.acquireNow(other), limits(other, "e", 5, 4, 100*time.Millisecond)) // another channel's renames go on
+
+	now := rename
+	now.NoWait = true
+	_, err := h.s.Acquire(h.t.Context(), now)
+	if we := h.waitError(err, store.ErrWaitTooLong, "a rename under the sublimit, NoWait"); we.RetryAfter < retry-watch-slack {
+		h.t.Errorf("a rename under the sublimit: RetryAfter = %v; want about %v", we.RetryAfter, retry)
+	}
+	if est, ok := h.s.(store.Estimator); ok {
+		if d, err := est.Estimate(h.t.Context(), rename); err != nil || d < retry-watch-slack {
+			h.t.Errorf("Estimate(a rename under the sublimit) = %v, %v; want about %v", d, err, retry)
+		}
+		if d, err := est.Estimate(h.t.Context(), edit); err != nil || d > 0 {
+			h.t.Errorf("Estimate(another edit) = %v, %v; want 0", d, err)
+		}
+	}
+	// The renames that waited go one at a time: the sublimit may let
+	// fewer through than the bucket.
+	first := h.acquireAsync(h.t.Context(), rename)
+	time.Sleep(30 * time.Millisecond)
+	second := h.acquireAsync(h.t.Context(), rename)
+	r := h.granted(first, "a rename after the sublimit")
+	h.notBefore(r, t0, retry, "a rename after the sublimit")
+	h.acquireNow(edit) // the waiting renames held no slot of the bucket meanwhile
+	second = h.stillWaiting(second, watch, "a second rename while the first is out")
+	h.update(r.p, limits(rename, "e", 5, 3, 100*time.Millisecond))
+	h.granted(second, "a second rename after the first's response")
 }
 
 // testShared429: a shared 429 delays its bucket by RetryAfter and leaves its

@@ -32,6 +32,22 @@ func Place[T any](q []T, from int, isUrgent bool, urgent func(T) bool, streak in
 	return len(q)
 }
 
+// PlaceRetry returns where in q[from:] a retry goes, a waiter that was
+// granted before and keeps its place: in its lane ahead of every waiter
+// that is not a retry, behind the retries already there. For an urgent
+// one, that is ahead of every waiter but the urgent retries; for a normal
+// one, ahead of the first normal waiter that is not a retry. retry reports
+// whether a waiter is a retry.
+func PlaceRetry[T any](q []T, from int, isUrgent bool, urgent, retry func(T) bool) int {
+	for i := from; i < len(q); i++ {
+		u, r := urgent(q[i]), retry(q[i])
+		if isUrgent && !(u && r) || !isUrgent && !u && !r {
+			return i
+		}
+	}
+	return len(q)
+}
+
 // Granted returns the streak after a grant to a waiter of the lane urgent.
 func Granted(streak int, urgent bool) int {
 	if urgent {

@@ -67,3 +67,27 @@ func TestPlace(t *testing.T) {
 		}
 	}
 }
+
+func TestPlaceRetry(t *testing.T) {
+	urgent := func(s string) bool { return strings.HasPrefix(s, "u") }
+	retry := func(s string) bool { return strings.HasSuffix(s, "r") }
+	for _, tc := range []struct {
+		name string
+		q    []string
+		add  string
+		want []string
+	}{
+		{"a normal retry goes ahead of the normal waiters", []string{"u1", "n1", "n2"}, "n0r", []string{"u1", "n0r", "n1", "n2"}},
+		{"behind the retries already there", []string{"n1r", "n2", "n3"}, "n0r", []string{"n1r", "n0r", "n2", "n3"}},
+		{"an urgent retry goes to the front", []string{"u1", "n1"}, "u0r", []string{"u0r", "u1", "n1"}},
+		{"behind the urgent retries", []string{"u1r", "n1r", "u2"}, "u0r", []string{"u1r", "u0r", "n1r", "u2"}},
+		{"an empty line", nil, "n0r", []string{"n0r"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Insert(slices.Clone(tc.q), PlaceRetry(tc.q, 0, urgent(tc.add), urgent, retry), tc.add)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("PlaceRetry(%q, %q) gives %q; want %q", tc.q, tc.add, got, tc.want)
+			}
+		})
+	}
+}

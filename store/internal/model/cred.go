@@ -100,3 +100,19 @@ func InvalidCounts(cur, idx int64) bool { return cur-idx <= InvalidSlots }
 
 // InvalidFree returns when the oldest counted slot, oldest, stops counting.
 func InvalidFree(oldest int64) int64 { return (oldest + InvalidSlots + 1) * InvalidSlot }
+
+// SublimitMargin is how much longer than its bucket's reset (offset
+// included) a 429's retry must be, in milliseconds, to be taken as a
+// hidden sublimit's rather than the bucket's own: Discord's retry_after
+// and Reset-After of one bucket differ by less.
+const SublimitMargin = 1000
+
+// HiddenSublimit reports whether a 429 of scope user with retry (offset
+// included), on a request of a kind that can hit a hidden sublimit (a
+// channel rename), came from that sublimit: its retry outlasts the reset
+// the same response gave its bucket (resetAfter, negative when unknown) by
+// more than SublimitMargin. Such a 429 holds only the requests of its
+// kind; the bucket follows its headers.
+func HiddenSublimit(retry, resetAfter, offset int64) bool {
+	return resetAfter >= 0 && clamp(retry) > clamp(resetAfter)+clamp(offset)+SublimitMargin
+}

@@ -63,6 +63,16 @@ type Bucket struct {
 	// microseconds, from Reset-After = level * tau and
 	// Remaining = floor(limit - level).
 	TauLo, TauHi int64
+
+	// Hold, when positive, holds the bucket to what Discord showed it
+	// allows, whatever its headers say: one request in flight at a time,
+	// and the next one no sooner than Hold after the last response
+	// (HeldAt), so network jitter cannot bunch two requests at Discord.
+	// It is learned from a 429 of a bucket whose headers said requests
+	// remained, or seeded for routes whose headers are known to overstate
+	// (see Seed). HoldLimit is the Limit it was made under: a response
+	// naming another Limit clears it.
+	Hold, HoldLimit, HeldAt int64
 }
 
 // Headers is what a response said about its bucket. Times are in
@@ -90,6 +100,9 @@ func (b *Bucket) Available(now, blocked int64) bool {
 	}
 	if b.Unlimited {
 		return true
+	}
+	if b.Hold > 0 && (b.Pending > 0 || now < b.HeldAt+b.Hold) {
+		return false
 	}
 	if !b.Known {
 		// Probe: one request at a time until a response names the limits.
@@ -144,6 +157,14 @@ func (b *Bucket) WakeAt(now, blocked int64) int64 {
 	if at > now {
 		return at
 	}
+	if b.Hold > 0 && !b.Unlimited {
+		if b.Pending > 0 {
+			return 0
+		}
+		if at := b.HeldAt + b.Hold; at > now {
+			return at
+		}
+	}
 	if b.Known && b.Remaining <= 0 && b.Sliding {
 		// No refill at the reset: slots come back by the drip alone.
 		return max(b.dripAt(), now+1)
@@ -157,6 +178,9 @@ func (b *Bucket) WakeAt(now, blocked int64) int64 {
 // Take grants one slot at now; Available must have said yes.
 func (b *Bucket) Take(now int64) {
 	b.Pending++
+	if b.Hold > 0 {
+		b.HeldAt = max(b.HeldAt, now)
+	}
 	if !b.Known || b.Unlimited {
 		return
 	}
@@ -183,6 +207,7 @@ func (b *Bucket) Settle() {
 // reopen before now, plus the offset and its longest length.
 func (b *Bucket) Unanswered(now int64) {
 	b.Settle()
+	b.HeldAt = max(b.HeldAt, now)
 	if !b.Known || b.Unlimited || b.Sliding {
 		return
 	}
@@ -212,6 +237,10 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		after = max(b.Window, 1000)
 	}
 	reset := now + clamp(after) + clamp(h.Offset)
+	b.HeldAt = max(b.HeldAt, now)
+	if b.Hold > 0 && limit != b.HoldLimit {
+		b.Hold, b.HoldLimit = 0, 0 // the headers changed: what the hold was learned under is gone
+	}
 	if limit > 0 && remaining == limit-1 && h.ResetAfter > 0 && (b.Span == 0 || h.ResetAfter < b.Span) {
 		b.Span = h.ResetAfter
 	}
@@ -320,11 +349,30 @@ func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
 // now: the bucket pauses for retry (offset included) and its window is
 // taken as spent until then. A 429 the headers did not announce also means
 // the bucket is not the smooth sliding window it looked like.
+//
+// When the model still counted the request inside what the last headers
+// allowed (a slot remained and the window they dated was not over), the
+// 429 names no other limit (a lowered limit explains it) and no earlier
+// 429's pause lasts (this one would only echo it, for a request sent
+// before), the headers overstate the bucket: it is held (see Hold) to one request at a
+// time until a response names another Limit. The spacing is what the 429
+// shows of the real one: the time since the previous response (no later
+// than the previous accepted request reached Discord; at most a window)
+// plus retry. Measured from each response, it leaves a round trip more
+// between two arrivals at Discord, so jitter cannot bunch them.
 func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
+	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt &&
+		(h == nil || h.Limit == b.Limit) && now >= b.Pause
+	since := min(max(now-b.HeldAt, 0), b.Window)
 	if h != nil {
 		b.Observe(now, *h, probes)
 	}
 	b.Pause = max(b.Pause, now+clamp(retry))
+	b.HeldAt = max(b.HeldAt, now)
+	if contradicted && clamp(retry) > 0 {
+		b.Hold = max(b.Hold, clamp(clamp(retry)+since))
+		b.HoldLimit = b.Limit
+	}
 	b.Sliding, b.Evidence = false, 0
 	if b.Known {
 		b.Remaining = 0
@@ -338,12 +386,29 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 // the bucket's own counts stay as they are.
 func (b *Bucket) Shared(now, retry int64) {
 	b.Pause = max(b.Pause, now+clamp(retry))
+	b.HeldAt = max(b.HeldAt, now)
+}
+
+// Seed holds b to at least one request at a time, hold apart (see Hold),
+// for a route whose headers are known to overstate what Discord allows.
+// A longer hold b learned stays. A credential's counter for routes without
+// a bucket is never held.
+func (b *Bucket) Seed(hold int64) {
+	if hold <= 0 || b.Unlimited || hold <= b.Hold {
+		return
+	}
+	b.Hold = clamp(hold)
+	b.HoldLimit = b.Limit
 }
 
 // Bound returns a lower bound of when a new claim on b, with ahead claims
 // queued before it, can be granted (at least now).
 func (b *Bucket) Bound(now, blocked int64, ahead int64) int64 {
 	at := max(now, b.Pause, blocked)
+	if b.Hold > 0 && !b.Unlimited {
+		// One at a time, each a hold after the one before.
+		at = max(at, b.HeldAt+b.Hold*(1+ahead))
+	}
 	if !b.Known || b.Limit <= 0 || b.Remaining > ahead {
 		return at
 	}
@@ -364,7 +429,7 @@ func (b *Bucket) Bound(now, blocked int64, ahead int64) int64 {
 // Idle reports whether b holds nothing worth keeping at now: no request in
 // flight, no pause, and no window open.
 func (b *Bucket) Idle(now int64) bool {
-	if b.Pending > 0 || now < b.Pause {
+	if b.Pending > 0 || now < b.Pause || b.Hold > 0 && now < b.HeldAt+b.Hold {
 		return false
 	}
 	return b.Retired || !b.Known || b.ResetAt == 0 || now >= b.ResetAt
