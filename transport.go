@@ -148,6 +148,13 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tel.acquired(permit)
 		bucket := permit.Bucket
 
+		if t.gate != nil && t.gate.Holding(permit) {
+			// A Cloudflare block arrived after the grant: this request
+			// would meet it. Claim again; the block holds the claim.
+			permit.Recycle()
+			attempt--
+			continue
+		}
 		out, err := t.prepare(req, attempt)
 		if err != nil {
 			permit.Recycle() // cancels it

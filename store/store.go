@@ -377,6 +377,10 @@ type BlockGate interface {
 	// [Claim.Route]) for a block at least, from what this process knows
 	// and without I/O; zero when no block holds it.
 	BlockedFor(route string) time.Duration
+	// Holding reports whether a block that arrived after r was granted
+	// now holds its request (r is not the block's probe): the transport
+	// then cancels r and claims again instead of sending. It takes no I/O.
+	Holding(r *Reservation) bool
 }
 
 // Unauthenticated is the credential of requests without an Authorization

@@ -205,31 +205,48 @@ var _ store.Estimator = (*Store)(nil)
 
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
-	if !s.gates.Active() {
-		return s.acquireSub(ctx, claim)
-	}
-	// A Cloudflare block holds the claim before its bucket does.
 	start := s.clock.Now()
-	tk, err := s.gates.Wait(ctx, &claim, start, s.done)
-	if err != nil {
-		return nil, err
+	maxWait := claim.MaxWait
+	gated := false
+	for {
+		// A Cloudflare block holds the claim before its bucket does.
+		var tk edge.Ticket
+		if s.gates.Active() {
+			gated = true
+			var err error
+			if tk, err = s.gates.Wait(ctx, &claim, start, s.done); err != nil {
+				return nil, err
+			}
+		}
+		if gated && maxWait > 0 {
+			claim.MaxWait = max(maxWait-s.clock.Now().Sub(start), 1)
+		}
+		r, err := s.acquireSub(ctx, claim)
+		if err != nil {
+			s.gates.Abandon(tk)
+			return nil, err
+		}
+		if s.gates.Holds(tk, claim.Route) {
+			// A block came while the claim waited for its bucket: give
+			// the slot back and wait at the gates.
+			gated = true
+			r.Recycle()
+			continue
+		}
+		s.gates.Bind(tk, r)
+		if gated {
+			r.Waited = s.clock.Now().Sub(start)
+		}
+		return r, nil
 	}
-	if claim.MaxWait > 0 {
-		claim.MaxWait = max(claim.MaxWait-s.clock.Now().Sub(start), 1)
-	}
-	r, err := s.acquireSub(ctx, claim)
-	if err != nil {
-		s.gates.Abandon(tk)
-		return nil, err
-	}
-	s.gates.Bind(tk, r)
-	r.Waited = s.clock.Now().Sub(start)
-	return r, nil
 }
 
 // BlockedFor implements [store.BlockGate]: the store holds Cloudflare
 // blocks for every credential.
 func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate(route) }
+
+// Holding implements [store.BlockGate].
+func (s *Store) Holding(r *store.Reservation) bool { return s.gates.Holding(r) }
 
 // acquireSub is Acquire once no Cloudflare block holds the claim.
 func (s *Store) acquireSub(ctx context.Context, claim store.Claim) (*store.Reservation, error) {

@@ -220,35 +220,49 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation,
 	if !s.watching.Load() {
 		s.watch()
 	}
-	if !s.gates.Active() {
-		g, err := s.acquire(ctx, c)
+	start := time.Now()
+	gc := c
+	gated := false
+	for {
+		var tk edge.Ticket
+		if s.gates.Active() {
+			gated = true
+			var err error
+			if tk, err = s.gates.Wait(ctx, &c, start, s.done); err != nil {
+				return nil, err
+			}
+			if c.MaxWait > 0 {
+				gc.MaxWait = max(c.MaxWait-time.Since(start), 1)
+			}
+		}
+		g, err := s.acquire(ctx, gc)
 		if err != nil {
+			s.gates.Abandon(tk)
 			return nil, err
 		}
-		return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+		if s.gates.Holds(tk, c.Route) {
+			// A block came while the claim waited for its bucket: give
+			// the slot back and wait at the gates.
+			gated = true
+			store.NewReservation(s, c, g.Bucket, 0, g.Handle, 0).Recycle()
+			continue
+		}
+		waited := g.Waited
+		if gated {
+			waited = time.Since(start)
+		}
+		r := store.NewReservation(s, c, g.Bucket, waited, g.Handle, 0)
+		s.gates.Bind(tk, r)
+		return r, nil
 	}
-	start := time.Now()
-	tk, err := s.gates.Wait(ctx, &c, start, s.done)
-	if err != nil {
-		return nil, err
-	}
-	gc := c
-	if gc.MaxWait > 0 {
-		gc.MaxWait = max(gc.MaxWait-time.Since(start), 1)
-	}
-	g, err := s.acquire(ctx, gc)
-	if err != nil {
-		s.gates.Abandon(tk)
-		return nil, err
-	}
-	r := store.NewReservation(s, c, g.Bucket, time.Since(start), g.Handle, 0)
-	s.gates.Bind(tk, r)
-	return r, nil
 }
 
 // BlockedFor implements [store.BlockGate]: the Store holds Cloudflare
 // blocks for every credential of every process that shares it.
 func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate(route) }
+
+// Holding implements [store.BlockGate].
+func (s *Store) Holding(r *store.Reservation) bool { return s.gates.Holding(r) }
 
 // watch starts following the gates' channel, once.
 func (s *Store) watch() {

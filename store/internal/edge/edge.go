@@ -272,6 +272,40 @@ func (g *Gates) earliest(seq uint64, route string) bool {
 	return true
 }
 
+// Holds reports whether a gate now holds a claim on route that t let
+// through: a block arrived while the claim waited for its bucket. The
+// store then gives the slot back and waits at the gates again, so no
+// request granted before a block goes out after it.
+func (g *Gates) Holds(t Ticket, route string) bool {
+	if !g.Active() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range g.keys(route) {
+		if gt := g.gates[k]; !t.Probe() || gt.probeID != t.ID {
+			return true
+		}
+	}
+	return false
+}
+
+// Holding reports whether a gate now holds the request of reservation r:
+// a block arrived after r was granted, and r is not the gate's probe.
+func (g *Gates) Holding(r *store.Reservation) bool {
+	if !g.Active() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range g.keys(r.Claim.Route) {
+		if g.gates[k].prober != r {
+			return true
+		}
+	}
+	return false
+}
+
 // Estimate returns how long a claim on route is held at least.
 func (g *Gates) Estimate(route string) time.Duration {
 	if !g.Active() {
