@@ -14,6 +14,12 @@ const edgeBlockBody = `{"code": 0, "message": "You are being blocked from access
 // after a block response before it probes whether the block has ended.
 const probeGap = time.Second
 
+// reaction is how long a client is given to read a block response before
+// it can hold back requests it is about to send: a request sent within
+// this long after the response reached the client was already on its way.
+// It is not scaled: reading a response takes as long at any time scale.
+const reaction = time.Millisecond
+
 // maxEdgeAnswers bounds the block responses an episode remembers one by
 // one; older ones are folded into one time.
 const maxEdgeAnswers = 256
@@ -73,13 +79,13 @@ type edgeEpisode struct {
 
 // avoidable reports whether a request sent at sent, arriving during the
 // block, could have been avoided: a block response had reached the client
-// before it was sent, and the request is not a lone probe, that is, it was
+// at least reaction before it was sent, and the request is not a lone probe, that is, it was
 // sent less than gap after the latest block response the client had, or
 // while an earlier request into the block was still awaiting its response.
 func (ep *edgeEpisode) avoidable(sent time.Time, gap time.Duration) bool {
 	last, told := ep.folded, !ep.folded.IsZero() && !ep.folded.After(sent)
 	for _, a := range ep.answers {
-		if !a.delivered.After(sent) {
+		if !a.delivered.Add(reaction).After(sent) {
 			told = true
 			if a.delivered.After(last) {
 				last = a.delivered
@@ -93,7 +99,7 @@ func (ep *edgeEpisode) avoidable(sent time.Time, gap time.Duration) bool {
 		return true
 	}
 	for _, a := range ep.answers {
-		if !a.sent.After(sent) && a.delivered.After(sent) {
+		if !a.sent.After(sent) && a.delivered.Add(reaction).After(sent) {
 			return true
 		}
 	}

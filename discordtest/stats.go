@@ -38,7 +38,9 @@ import (
 //   - every 429 with scope shared is unavoidable;
 //   - a block response of an [EdgeLimit] is avoidable when a block response
 //     of the same episode (the same limit and client IP, whatever the token)
-//     had reached the client before the request was sent, unless the request
+//     had reached the client before the request was sent (at least a
+//     millisecond before: a client needs a moment to read a response before
+//     it can hold back requests already on their way), unless the request
 //     is a lone probe: sent at least one second (times the time scale) after
 //     the latest block response that had reached the client, with no earlier
 //     request of that IP into the block still awaiting its response. The

@@ -70,6 +70,7 @@ func TestEdgeLimitBansAHammeringIP(t *testing.T) {
 		WithBanDuration(time.Hour))
 	h.do("GET", "/api/v10/users/@me", botA, "").want(t, 200)
 	h.do("GET", "/api/v10/gateway", botB, "").wantEdgeBlock(t) // an edge limit without a route covers every route
+	h.clock.Advance(time.Millisecond)                          // the client has read it
 	for range 3 {
 		h.do("GET", "/api/v10/users/@me", botA, "").wantEdgeBlock(t)
 	}
@@ -252,3 +253,20 @@ type discard struct{}
 func (discard) Header() http.Header         { return http.Header{} }
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 func (discard) WriteHeader(int)             {}
+
+// TestEdgeLimitReaction: a request sent within a millisecond of the first
+// block response was already on its way; one sent later was not.
+func TestEdgeLimitReaction(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, WithEdgeLimit(EdgeLimit{Limit: 1, Window: time.Second, Block: 10 * time.Second, BanAfter: -1}))
+	const path = "/api/v10/users/@me"
+	h.do("GET", path, botA, "").want(t, 200)
+	h.do("GET", path, botA, "").wantEdgeBlock(t)
+	h.clock.Advance(500 * time.Microsecond)
+	h.do("GET", path, botB, "").wantEdgeBlock(t) // within the reaction time: unavoidable
+	h.clock.Advance(2 * time.Millisecond)
+	h.do("GET", path, botB, "").wantEdgeBlock(t) // after it: avoidable
+	if st := h.srv.Stats(); st.Unavoidable != 2 || st.Avoidable != 1 {
+		t.Errorf("stats = %+v; want 2 unavoidable and 1 avoidable block", st)
+	}
+}
