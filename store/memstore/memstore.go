@@ -250,19 +250,42 @@ func (s *Store) Holding(r *store.Reservation) bool { return s.gates.Holding(r) }
 
 // acquireSub is Acquire once no Cloudflare block holds the claim.
 func (s *Store) acquireSub(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
-	turn, err := s.awaitSublimit(ctx, &claim)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.acquire(ctx, claim)
-	if err != nil && turn {
-		s.mu.Lock()
-		if cr := s.creds[claim.Credential]; cr != nil {
-			cr.releaseSublimit(&claim)
+	for {
+		turn, err := s.awaitSublimit(ctx, &claim)
+		if err != nil {
+			return nil, err
 		}
-		s.mu.Unlock()
+		r, err := s.acquire(ctx, claim)
+		if err != nil && turn {
+			s.mu.Lock()
+			if cr := s.creds[claim.Credential]; cr != nil {
+				cr.releaseSublimit(&claim)
+			}
+			s.mu.Unlock()
+		}
+		if err != nil || turn || !s.sublimitCame(&claim) {
+			return r, err
+		}
+		// A sublimit's 429 came while the claim waited for its bucket:
+		// give the slot back and wait for the sublimit's turn.
+		r.Recycle()
 	}
-	return r, err
+}
+
+// sublimitCame reports whether a hidden sublimit now holds c, which went
+// past it before it held.
+func (s *Store) sublimitCame(c *store.Claim) bool {
+	if c.Kind == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cr := s.creds[c.Credential]
+	if cr == nil || len(cr.subs) == 0 {
+		return false
+	}
+	e := cr.subs[subKeyOf(c)]
+	return e != nil && (s.now() < e.end || e.busy || len(e.line) > 0)
 }
 
 // acquire is Acquire once no hidden sublimit holds the claim.
@@ -662,7 +685,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 				target.Shared(now, retry)
 			}
 		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&
-			model.HiddenSublimit(retry, h.ResetAfter, offset) && cr.holdSublimit(c, now, retry):
+			model.HiddenSublimit(retry, h.ResetAfter, offset, h.Remaining) && cr.holdSublimit(c, now, retry):
 			// A hidden sublimit of the request's kind: only its kind waits;
 			// the bucket follows its headers.
 			target.Observe(now, h, probes)

@@ -294,11 +294,11 @@ end
 
 local SUBLIMIT_MARGIN = 1000
 
--- hiddenSublimit: a user 429 of a request of a kind (a rename) whose retry
--- outlasts its bucket's reset by more than SUBLIMIT_MARGIN came from the
--- kind's hidden sublimit.
-local function hiddenSublimit(retry, resetAfter, offset)
-  return resetAfter >= 0 and clamp(retry) > clamp(resetAfter) + clamp(offset) + SUBLIMIT_MARGIN
+-- hiddenSublimit: a user 429 of a request of a kind (a rename) whose
+-- bucket still had room (remaining), or whose retry outlasts its bucket's
+-- reset by more than SUBLIMIT_MARGIN, came from the kind's hidden sublimit.
+local function hiddenSublimit(retry, resetAfter, offset, remaining)
+  return remaining > 0 or (resetAfter >= 0 and clamp(retry) > clamp(resetAfter) + clamp(offset) + SUBLIMIT_MARGIN)
 end
 
 -- learnRoute: 0 same, 1 learned the named hash, 2 no bucket.

@@ -619,9 +619,9 @@ func pick(rng *rand.Rand, a, b int64) int64 {
 
 var sublimitScript = redis.NewScript(redisstore.ModelSource + `
 local out = {}
-for i = 1, #ARGV, 3 do
+for i = 1, #ARGV, 4 do
   local r = 0
-  if hiddenSublimit(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])) then r = 1 end
+  if hiddenSublimit(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])) then r = 1 end
   out[#out + 1] = r
 end
 return out
@@ -631,22 +631,24 @@ return out
 // 429 from its bucket's alike, on the edges and on random values.
 func TestModelHiddenSublimit(t *testing.T) {
 	c := modelClient(t)
-	cases := [][3]int64{
-		{600_010, 3000, 10}, // a rename: minutes against seconds
-		{310, 234, 10},      // a bucket's own 429: retry_after a little past its reset
-		{1250, 240, 10},     // at the margin
-		{1251, 240, 10},     // past it
-		{5000, -1, 10},      // no reset: cannot tell
-		{1 << 40, 0, -5},    // clamped
+	cases := [][4]int64{
+		{600_010, 3000, 10, 0}, // a rename: minutes against seconds
+		{310, 234, 10, 0},      // a bucket's own 429: retry_after a little past its reset
+		{1250, 240, 10, 0},     // at the margin
+		{1251, 240, 10, 0},     // past it
+		{5000, -1, 10, 0},      // no reset: cannot tell
+		{1 << 40, 0, -5, 0},    // clamped
+		{310, 234, 10, 3},      // the bucket had room: not its 429
+		{500, -1, 10, 1},       // the same without a reset
 	}
-	want := []int64{1, 0, 0, 1, 0, 1}
+	want := []int64{1, 0, 0, 1, 0, 1, 1, 1}
 	rng := rand.New(rand.NewPCG(3, 11))
 	for range 200 {
-		cases = append(cases, [3]int64{int64(rng.IntN(20000)), int64(rng.IntN(12000)) - 1000, int64(rng.IntN(50))})
+		cases = append(cases, [4]int64{int64(rng.IntN(20000)), int64(rng.IntN(12000)) - 1000, int64(rng.IntN(50)), int64(rng.IntN(3))})
 	}
 	var args []any
 	for _, x := range cases {
-		args = append(args, x[0], x[1], x[2])
+		args = append(args, x[0], x[1], x[2], x[3])
 	}
 	got, err := sublimitScript.Run(t.Context(), c, nil, args...).Int64Slice()
 	if err != nil {
@@ -654,14 +656,14 @@ func TestModelHiddenSublimit(t *testing.T) {
 	}
 	for i, x := range cases {
 		g := int64(0)
-		if model.HiddenSublimit(x[0], x[1], x[2]) {
+		if model.HiddenSublimit(x[0], x[1], x[2], x[3]) {
 			g = 1
 		}
 		if got[i] != g {
-			t.Errorf("HiddenSublimit(%d, %d, %d) = %d in Go, %d in model.lua", x[0], x[1], x[2], g, got[i])
+			t.Errorf("HiddenSublimit(%v) = %d in Go, %d in model.lua", x, g, got[i])
 		}
 		if i < len(want) && g != want[i] {
-			t.Errorf("HiddenSublimit(%d, %d, %d) = %d; want %d", x[0], x[1], x[2], g, want[i])
+			t.Errorf("HiddenSublimit(%v) = %d; want %d", x, g, want[i])
 		}
 	}
 }

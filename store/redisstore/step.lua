@@ -170,7 +170,7 @@ local function update(K, A)
       credDirty = true
     elseif scope == 'shared' then
       if target then shared(target, now, retry) end
-    elseif target and A[22] ~= '' and scope == 'user' and hasLimit and hiddenSublimit(retry, h.resetAfter, h.offset) then
+    elseif target and A[22] ~= '' and scope == 'user' and hasLimit and hiddenSublimit(retry, h.resetAfter, h.offset, h.remaining) then
       -- A hidden sublimit of the request's kind: only its kind waits; the
       -- bucket follows its headers.
       local untilT = math.max(tonumber(redis.call('HGET', K[9], 'until')) or 0, now + clamp(retry))

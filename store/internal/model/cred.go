@@ -109,10 +109,11 @@ const SublimitMargin = 1000
 
 // HiddenSublimit reports whether a 429 of scope user with retry (offset
 // included), on a request of a kind that can hit a hidden sublimit (a
-// channel rename), came from that sublimit: its retry outlasts the reset
-// the same response gave its bucket (resetAfter, negative when unknown) by
-// more than SublimitMargin. Such a 429 holds only the requests of its
+// channel rename), came from that sublimit: the same response says its
+// bucket still had room (remaining above zero), or its retry outlasts the
+// reset the response gave its bucket (resetAfter, negative when unknown)
+// by more than SublimitMargin. Such a 429 holds only the requests of its
 // kind; the bucket follows its headers.
-func HiddenSublimit(retry, resetAfter, offset int64) bool {
-	return resetAfter >= 0 && clamp(retry) > clamp(resetAfter)+clamp(offset)+SublimitMargin
+func HiddenSublimit(retry, resetAfter, offset, remaining int64) bool {
+	return remaining > 0 || resetAfter >= 0 && clamp(retry) > clamp(resetAfter)+clamp(offset)+SublimitMargin
 }
