@@ -86,6 +86,10 @@ type result struct {
 	message   string // Discord error message of a 404 or 401
 	id        string // snowflake for a created object
 	gateway   int    // max_concurrency for the body of GET /gateway/bot, 0 otherwise
+	// delivered are run under the lock with the time the response was
+	// written: what the client was told counts from then, not from the
+	// planned end of the way down (a sleep can overrun it).
+	delivered []func(at time.Time)
 }
 
 // bucketHeaders are the values of the X-RateLimit-* headers of a bucket.
@@ -165,7 +169,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		if ok, wait := c.check(now, l); !ok {
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
 			if b.Claim.claims() {
-				res.avoidable = s.toldByClaim(q, b, now, back)
+				res.avoidable = s.toldByClaim(&res, q, b, now, back)
 			} else {
 				at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
 				res.avoidable = told && !at.After(q.sent)
@@ -180,7 +184,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		key := counterKey{kind: kindSublimit, major: q.resource}
 		if ok, wait := take(s.counter(key, true), now, s.limitsFor(key)); !ok {
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
-			res.avoidable = s.toldOfRename(q, now, back, wait)
+			res.avoidable = s.toldOfRename(&res, q, now, back, wait)
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
 			return res
@@ -210,11 +214,16 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 // that reached the client before q was sent: headers that claim room the
 // bucket does not have are no excuse for repeating a 429. It remembers this
 // 429's arrival at the client.
-func (s *Server) toldByClaim(q *request, b Bucket, now time.Time, back time.Duration) bool {
+func (s *Server) toldByClaim(res *result, q *request, b Bucket, now time.Time, back time.Duration) bool {
 	key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
 	at, told := s.claimTold[key]
 	if arrives := now.Add(back); !told || arrives.Before(at) {
 		s.claimTold[key] = arrives
+		res.delivered = append(res.delivered, func(t time.Time) {
+			if s.claimTold[key] == arrives && t.After(arrives) {
+				s.claimTold[key] = t
+			}
+		})
 	}
 	return told && !at.After(q.sent)
 }
@@ -223,7 +232,7 @@ func (s *Server) toldByClaim(q *request, b Bucket, now time.Time, back time.Dura
 // sent after an earlier sublimit 429 on the same channel had reached the
 // credential and before that 429's retry_after had run out. It remembers
 // this 429, whose retry_after is wait.
-func (s *Server) toldOfRename(q *request, now time.Time, back, wait time.Duration) bool {
+func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait time.Duration) bool {
 	key := renameKey{cred: q.cred, channel: q.resource}
 	told := s.renameTold[key]
 	avoidable := false
@@ -236,7 +245,15 @@ func (s *Server) toldOfRename(q *request, now time.Time, back, wait time.Duratio
 	if len(told) >= maxRenameTold {
 		told = append(told[:0], told[1:]...)
 	}
-	s.renameTold[key] = append(told, renameTold{delivered: now.Add(back), end: now.Add(wait)})
+	arrives := now.Add(back)
+	s.renameTold[key] = append(told, renameTold{delivered: arrives, end: now.Add(wait)})
+	res.delivered = append(res.delivered, func(t time.Time) {
+		for i, x := range s.renameTold[key] {
+			if x.delivered == arrives && t.After(arrives) {
+				s.renameTold[key][i].delivered = t
+			}
+		}
+	})
 	return avoidable
 }
 
@@ -290,7 +307,13 @@ func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits
 	res.headers = h
 	key := deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}
 	if _, ok := s.delivered[key]; !ok {
-		s.delivered[key] = now.Add(back)
+		arrives := now.Add(back)
+		s.delivered[key] = arrives
+		res.delivered = append(res.delivered, func(t time.Time) {
+			if at, ok := s.delivered[key]; ok && at == arrives && t.After(arrives) {
+				s.delivered[key] = t
+			}
+		})
 	}
 }
 

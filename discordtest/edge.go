@@ -73,7 +73,7 @@ type edgeAnswer struct {
 // exceeded the limit to the end of the block.
 type edgeEpisode struct {
 	until   time.Time
-	answers []edgeAnswer // oldest first
+	answers []*edgeAnswer // oldest first
 	folded  time.Time    // the latest delivery of answers dropped from the list
 }
 
@@ -106,15 +106,22 @@ func (ep *edgeEpisode) avoidable(sent time.Time, gap time.Duration) bool {
 	return false
 }
 
-// answer remembers a block response.
-func (ep *edgeEpisode) answer(sent, delivered time.Time) {
+// answer remembers a block response, and when it is written, the moment
+// it reached the client.
+func (ep *edgeEpisode) answer(res *result, sent, delivered time.Time) {
 	if len(ep.answers) >= maxEdgeAnswers {
 		if d := ep.answers[0].delivered; d.After(ep.folded) {
 			ep.folded = d
 		}
 		ep.answers = append(ep.answers[:0], ep.answers[1:]...)
 	}
-	ep.answers = append(ep.answers, edgeAnswer{sent: sent, delivered: delivered})
+	a := &edgeAnswer{sent: sent, delivered: delivered}
+	ep.answers = append(ep.answers, a)
+	res.delivered = append(res.delivered, func(t time.Time) {
+		if t.After(a.delivered) {
+			a.delivered = t
+		}
+	})
 }
 
 // judgeEdge applies the edge limits to a request. It returns true when a
@@ -134,7 +141,7 @@ func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Dur
 		}
 		res.status, res.edge = http.StatusTooManyRequests, true
 		res.avoidable = ep.avoidable(q.sent, s.scale(probeGap))
-		ep.answer(q.sent, now.Add(back))
+		ep.answer(res, q.sent, now.Add(back))
 		s.edgeStrike(q.ip, i, now)
 		return true
 	}
@@ -147,7 +154,7 @@ func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Dur
 		key := counterKey{kind: kindEdge, cred: q.ip, hash: strconv.Itoa(i)}
 		if ok, _ := s.counter(key, false).check(now, s.limitsFor(key)); !ok {
 			ep := &edgeEpisode{until: now.Add(s.scale(s.edge[i].Block))}
-			ep.answer(q.sent, now.Add(back))
+			ep.answer(res, q.sent, now.Add(back))
 			s.edgeBlocks[edgeKey{ip: q.ip, limit: i}] = ep
 			res.status, res.edge = http.StatusTooManyRequests, true
 			return true

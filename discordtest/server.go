@@ -300,6 +300,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.respond(w, q, res)
+	if len(res.delivered) > 0 {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		s.mu.Lock()
+		at := s.now()
+		for _, f := range res.delivered {
+			f(at)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // sleep waits for d. It returns false when the client went away, and stops
