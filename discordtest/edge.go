@@ -74,7 +74,7 @@ type edgeAnswer struct {
 type edgeEpisode struct {
 	until   time.Time
 	answers []*edgeAnswer // oldest first
-	folded  time.Time    // the latest delivery of answers dropped from the list
+	folded  time.Time     // the latest delivery of answers dropped from the list
 }
 
 // avoidable reports whether a request sent at sent, arriving during the
