@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +43,10 @@ func (r edgeRemote) publish(ctx context.Context) {
 }
 
 func (r edgeRemote) Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (edge.State, error) {
+	// Tell the other processes at once, before the hash is written: a
+	// block is the one change that must reach them before their next
+	// request. The note carries the pause, so they need not read.
+	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "b\n"+strconv.FormatInt(millis(pause), 10)+"\n"+key).Err()
 	v, err := r.run(ctx, "block", key, flag(strike), millis(pause), millis(first), millis(max))
 	if err != nil {
 		return edge.State{}, err
@@ -119,8 +124,14 @@ func (s *Store) watchGates() {
 		if s.ctx.Err() != nil {
 			return
 		}
-		switch msg.(type) {
-		case *redis.Subscription, *redis.Message:
+		switch m := msg.(type) {
+		case *redis.Message:
+			if st, ok := parseBlockNote(m.Payload); ok {
+				s.gates.Merge([]edge.State{st}, time.Now())
+			}
+			_ = s.readGates(s.ctx)
+			continue
+		case *redis.Subscription:
 			_ = s.readGates(s.ctx)
 			continue
 		}
@@ -133,6 +144,20 @@ func (s *Store) watchGates() {
 			}
 		}
 	}
+}
+
+// parseBlockNote reads the note a process publishes when it meets a block:
+// "b", the pause in milliseconds and the gate's key, one per line.
+func parseBlockNote(p string) (edge.State, bool) {
+	parts := strings.SplitN(p, "\n", 3)
+	if len(parts) != 3 || parts[0] != "b" || parts[2] == "" {
+		return edge.State{}, false
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || ms <= 0 || ms > 86_400_000 {
+		return edge.State{}, false
+	}
+	return edge.State{Key: parts[2], Until: time.Duration(ms) * time.Millisecond}, true
 }
 
 func parseEdgeStates(v any) ([]edge.State, error) {
