@@ -24,7 +24,8 @@
 //
 //	P:{T}:r        HASH   route template -> learned bucket hash ("\x00": no bucket); TTL 1 h after last use
 //	P:{T}:c        HASH   gpause, blocked, unauth: deadlines of the global pause, of a
-//	                      Cloudflare block and of a 401 cooldown; TTL until the last + 1 s
+//	                      credential-wide block (unused: blocks are per IP, see P:{E}:e) and
+//	                      of a 401 cooldown; TTL until the last + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
 //	                      (grant + offset, lowered to the response time; a reserved grant lies
 //	                      in the future); TTL delay + offset + window + 1 s
@@ -43,6 +44,11 @@
 //	P:{T}:x:<B>    ZSET   the same tickets -> expiry; both TTL the longest ticket + 1 s
 //	P:{G}:i        HASH   invalid responses of a group of processes per 10-second slot, G a
 //	                      digest of the group ([WithInvalidGroup]); TTL 10 min 20 s
+//	P:{E}:e        HASH   Cloudflare blocks of the group, E a digest of it: gate key (a route
+//	                      template, or "*" for every route) -> "until|probe lease end|strikes|
+//	                      probe id"; a gate lasts until a probe passes; TTL a day past the last
+//	P:edge:<E>     channel notes that the blocks changed ("b", the pause and the key when a
+//	                      process met a block); every process follows it from its first Acquire
 //
 // M is a digest of the major parameter, S the random id of a Store. B names a counter: "h" and a digest
 // of (bucket hash, major) once the route's bucket is known, "r" and a
