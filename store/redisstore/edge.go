@@ -127,7 +127,10 @@ func (s *Store) watchGates() {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if st, ok := parseBlockNote(m.Payload); ok {
+				// The hash may not hold the block yet: a note follows
+				// once it does.
 				s.gates.Merge([]edge.State{st}, time.Now())
+				continue
 			}
 			_ = s.readGates(s.ctx)
 			continue

@@ -453,9 +453,9 @@ func (g *Gates) Replace(states []State, now time.Time) {
 		seen[st.Key] = true
 	}
 	for k, gt := range g.gates {
-		// A gate this process changed since the read began may not have
-		// reached the shared store yet.
-		if !seen[k] && gt.probeID == "" && gt.changed.Before(now) {
+		// A gate this process changed lately may not have reached the
+		// shared store yet: a probe finds out whether it still holds.
+		if !seen[k] && gt.probeID == "" && gt.changed.Before(now.Add(-g.timeout)) {
 			delete(g.gates, k)
 		}
 	}
