@@ -36,6 +36,13 @@
 //
 // # Limits no header announces
 //
+// A 429 without rate-limit headers and without retry_after comes from
+// Cloudflare, which counts per IP address: the store holds its route for
+// every credential, in every process of a shared store, for a pause of at
+// least a second ([WithBlockPause]), then lets one probe through at a time,
+// doubling the pause each time the probe is blocked again. A ban page, or
+// blocks on two routes, hold every route. Nothing is resent in a loop.
+//
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained shows its real limit: the
 // bucket is then held to one request in flight, each the spacing the 429

@@ -378,3 +378,41 @@ func ExampleWithReactionSpacing() {
 	// true
 	// true
 }
+
+// A Cloudflare block holds its route for every credential: after the
+// block, the next request waits out the pause, then goes as the probe.
+func ExampleWithBlockPause() {
+	var blocked atomic.Bool
+	discord := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if blocked.CompareAndSwap(false, true) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, "error code: 1015")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer discord.Close()
+
+	transport := ratecord.NewTransport(nil, ratecord.WithBlockPause(time.Second, time.Minute), ratecord.WithRetries(0))
+	defer transport.Close()
+	client := &http.Client{Transport: transport}
+
+	get := func(token string) {
+		req, _ := http.NewRequest(http.MethodGet, discord.URL+"/api/v10/users/@me", nil)
+		req.Header.Set("Authorization", "Bot "+token)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		fmt.Printf("%d after %.0f s\n", resp.StatusCode, time.Since(start).Round(time.Second).Seconds())
+	}
+	get("first-bot-token")  // the block itself, returned as it came: no retries
+	get("second-bot-token") // another bot: the ban is per IP, so it waits too
+	// Output:
+	// 429 after 0 s
+	// 200 after 1 s
+}
