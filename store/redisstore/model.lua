@@ -222,7 +222,7 @@ end
 
 local function limited(b, t, retry, h, probes)
   local contradicted = b.known and not b.unlimited and not b.estimated and b.remaining >= 0 and t < b.resetAt
-    and (h == nil or h.limit == b.limit) and t >= b.pause
+    and (h == nil or (h.limit == b.limit and h.remaining > 0)) and t >= b.pause
   local since = math.min(math.max(t - b.heldAt, 0), b.window)
   if h then observe(b, t, h, probes) end
   b.pause = math.max(b.pause, t + clamp(retry))

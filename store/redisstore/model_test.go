@@ -447,15 +447,30 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{},
 			steps: []op{
 				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opSettle(),
-				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0), // a hold of 100 + 50
+				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 3, ResetAfter: 50, Offset: 10}, 0), // a hold of 100 + 50
 				opSettle(),
-				opLimited(t0+70, 2000, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+				opLimited(t0+70, 2000, &model.Headers{Limit: 10, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
 				opSettle(),
 				opObserve(t0+3000, 0, h(10, 9, 100)),
 			},
 			checks: []check{
 				{10, opAvailable(t0+3149, 0), 0},
 				{10, opAvailable(t0+3150, 0), 1},
+			},
+		},
+		{
+			name:  "a 429 whose own headers say none is left is the bucket's own: no hold",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
+				opSettle(),
+				opObserve(t0+3000, 0, h(10, 9, 100)),
+			},
+			checks: []check{
+				{10, opAvailable(t0+3001, 0), 1},
+				{10, opTake(t0 + 3001), 0},
+				{10, opAvailable(t0+3002, 0), 1},
 			},
 		},
 		{

@@ -352,7 +352,9 @@ func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
 //
 // When the model still counted the request inside what the last headers
 // allowed (a slot remained and the window they dated was not over), the
-// 429 names no other limit (a lowered limit explains it) and no earlier
+// 429's own headers still claim room (a 429 saying none is left is the
+// bucket's own, which a sliding window's drip can bring a little early at
+// network latency), the 429 names no other limit (a lowered limit explains it) and no earlier
 // 429's pause lasts (this one would only echo it, for a request sent
 // before), the headers overstate the bucket: it is held (see Hold) to one request at a
 // time until a response names another Limit. The spacing is what the 429
@@ -362,7 +364,7 @@ func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
 // between two arrivals at Discord, so jitter cannot bunch them.
 func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt &&
-		(h == nil || h.Limit == b.Limit) && now >= b.Pause
+		(h == nil || h.Limit == b.Limit && h.Remaining > 0) && now >= b.Pause
 	since := min(max(now-b.HeldAt, 0), b.Window)
 	if h != nil {
 		b.Observe(now, *h, probes)
