@@ -21,6 +21,7 @@ type limits struct {
 	limit      int
 	remaining  int
 	resetAfter time.Duration // negative: unknown
+	reset      time.Time     // X-RateLimit-Reset on Discord's clock; zero: unknown
 
 	// For 429 responses only.
 	scope      store.Scope
@@ -34,6 +35,7 @@ const (
 	hdrLimit      = "X-Ratelimit-Limit"
 	hdrRemaining  = "X-Ratelimit-Remaining"
 	hdrResetAfter = "X-Ratelimit-Reset-After"
+	hdrReset      = "X-Ratelimit-Reset"
 	hdrBucket     = "X-Ratelimit-Bucket"
 	hdrGlobal     = "X-Ratelimit-Global"
 	hdrScope      = "X-Ratelimit-Scope"
@@ -66,6 +68,7 @@ func parseHeaders(h http.Header) limits {
 		if d, ok := parseSeconds(first(h, hdrResetAfter), false); ok {
 			l.resetAfter = d
 		}
+		l.reset = parseEpoch(first(h, hdrReset))
 	}
 	return l
 }
@@ -188,6 +191,25 @@ func parseSeconds(s string, ms bool) (time.Duration, bool) {
 		return 0, false
 	}
 	return secondsToDuration(f, ms)
+}
+
+// maxEpoch bounds a believable X-RateLimit-Reset, in seconds since the
+// Unix epoch (the year 5138).
+const maxEpoch = 1e11
+
+// parseEpoch reads X-RateLimit-Reset, seconds since the Unix epoch with a
+// fraction ("1470173023.123"), to the millisecond. Anything else gives the
+// zero time: the value is only compared with other responses' (see
+// store.Update.Reset), so a missing one costs nothing but a sharper view.
+func parseEpoch(s string) time.Time {
+	if s = strings.TrimSpace(s); s == "" {
+		return time.Time{} // without a call that would allocate its error
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f <= 0 || f >= maxEpoch {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(math.Round(f * 1000)))
 }
 
 func secondsToDuration(f float64, ms bool) (time.Duration, bool) {

@@ -331,7 +331,7 @@ func (t *Transport) update(sent bool, resp *http.Response, lim *limits) store.Up
 	u.Status = resp.StatusCode
 	u.Bucket = lim.bucket
 	u.HasLimit = lim.hasLimit
-	u.Limit, u.Remaining, u.ResetAfter = lim.limit, lim.remaining, lim.resetAfter
+	u.Limit, u.Remaining, u.ResetAfter, u.Reset = lim.limit, lim.remaining, lim.resetAfter, lim.reset
 	u.Scope, u.RetryAfter, u.Ban = lim.scope, lim.retryAfter, lim.ban
 	return u
 }

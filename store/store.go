@@ -318,6 +318,12 @@ type Update struct {
 	Limit      int
 	Remaining  int
 	ResetAfter time.Duration
+	// Reset is X-RateLimit-Reset: when the bucket is full again, on
+	// Discord's clock, or the zero time when the response gave none.
+	// Clocks differ, so stores only compare it with other responses'
+	// Reset: network jitter blurs arrival times, Discord's clock does not
+	// (it is how a sliding window shows).
+	Reset time.Time
 
 	// Scope classifies a 429 response; it is "" for other statuses.
 	Scope Scope

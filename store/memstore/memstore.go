@@ -672,7 +672,8 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		target = s.learn(cr, granted, c, u, now)
 	}
 
-	h := model.Headers{Limit: int64(u.Limit), Remaining: int64(u.Remaining), ResetAfter: -1, Offset: offset}
+	h := model.Headers{Limit: int64(u.Limit), Remaining: int64(u.Remaining), ResetAfter: -1, Offset: offset,
+		Reset: model.ResetMillis(u.Reset)}
 	if u.ResetAfter >= 0 {
 		h.ResetAfter = millis(store.ClampDuration(u.ResetAfter))
 	}

@@ -9,8 +9,10 @@
 
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
-  'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt'}
-local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true}
+  'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt',
+  'serverInstant'}
+local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true,
+  serverInstant = true}
 
 local MAX_DURATION = 24 * 3600 * 1000
 local SLIDING_GUARD = 20
@@ -76,13 +78,19 @@ end
 
 local function dripFree(b, t)
   local ta = tau(b)
-  return ta > 0 and levelNow(b, t) + (b.offset * 1000) / ta + 1 <= b.limit
+  return ta > 0 and levelNow(b, t) + b.pending + (b.offset * 1000) / ta + 1 <= b.limit
 end
 
+-- dripAt returns when the model next has a slot by the drain alone, and
+-- false when the requests in flight fill the bucket (then the time the
+-- drain is complete).
 local function dripAt(b)
   local ta = tau(b)
-  local excess = b.level - (b.limit - 1 - (b.offset * 1000) / ta)
-  return b.levelAt + math.ceil((math.max(excess, 0) * ta) / 1000)
+  local room = b.limit - 1 - (b.offset * 1000) / ta - b.pending
+  local ok = room >= 0
+  local excess = b.level - room
+  if not ok then excess = b.level end
+  return b.levelAt + math.ceil((math.max(excess, 0) * ta) / 1000), ok
 end
 
 local function available(b, t, blocked)
@@ -105,7 +113,9 @@ local function wakeAt(b, t, blocked)
     if b.heldAt + b.hold > t then return b.heldAt + b.hold end
   end
   if b.known and b.remaining <= 0 and b.sliding then
-    return math.max(dripAt(b), t + 1)
+    local at, ok = dripAt(b)
+    if ok then return math.max(at, t + 1) end
+    return 0
   end
   if b.known and b.remaining <= 0 and b.pending == 0 and b.resetAt > t then
     return b.resetAt
@@ -117,8 +127,6 @@ local function take(b, t)
   b.pending = b.pending + 1
   if b.hold > 0 then b.heldAt = math.max(b.heldAt, t) end
   if not b.known or b.unlimited then return end
-  b.level = levelNow(b, t) + 1
-  b.levelAt = t
   b.remaining = b.remaining - 1
   if b.resetAt == 0 then
     b.resetAt = t + b.window
@@ -133,20 +141,27 @@ end
 local function unanswered(b, t)
   settle(b)
   b.heldAt = math.max(b.heldAt, t)
-  if not b.known or b.unlimited or b.sliding then return end
+  if not b.known or b.unlimited then return end
+  b.level = levelNow(b, t) + 1
+  b.levelAt = t
+  if b.sliding then return end
   b.resetAt = math.max(b.resetAt, t + b.offset + b.window)
 end
 
 local function giveBack(b)
   settle(b)
   if b.known and b.remaining < b.limit then b.remaining = b.remaining + 1 end
-  if b.level >= 1 then b.level = b.level - 1 end
 end
 
-local function watchSliding(b, t, instant, limit, remaining)
-  local prev, prevSeen, prevRemaining = b.instant, b.seenAt, b.seenRemaining
-  b.instant, b.seenAt, b.seenRemaining = instant, t, remaining
-  if prevSeen == 0 or limit <= 0 or t >= prev - math.max(SLIDING_GUARD, idiv(b.window, 4)) then
+local function watchSliding(b, t, h, limit, remaining)
+  local decided, instant, server = t, t + h.resetAfter, false
+  if h.reset > 0 and h.reset - h.resetAfter > 0 then
+    decided, instant, server = h.reset - h.resetAfter, h.reset, true
+  end
+  local prev, prevSeen, prevRemaining, prevServer = b.instant, b.seenAt, b.seenRemaining, b.serverInstant
+  b.instant, b.seenAt, b.seenRemaining, b.serverInstant = instant, t, remaining, server
+  if prevSeen == 0 or server ~= prevServer or limit <= 0
+    or decided >= prev - math.max(SLIDING_GUARD, idiv(b.window, 4)) then
     return
   end
   local k = prevRemaining - remaining
@@ -164,7 +179,7 @@ local function watchSliding(b, t, instant, limit, remaining)
   end
 end
 
--- observe applies headers h = {limit, remaining, resetAfter, offset}.
+-- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
 local function observe(b, t, h, probes)
   local limit, remaining = h.limit, h.remaining
   local after = h.resetAfter
@@ -177,7 +192,7 @@ local function observe(b, t, h, probes)
   end
   b.offset = clamp(h.offset)
   if h.resetAfter >= 0 then
-    watchSliding(b, t, t + h.resetAfter, limit, remaining)
+    watchSliding(b, t, h, limit, remaining)
   end
   if b.known and limit ~= b.limit then
     b.tauLo, b.tauHi = 0, 0
@@ -255,7 +270,10 @@ local function bound(b, t, blocked, ahead)
     at = math.max(at, b.heldAt + b.hold * (1 + ahead))
   end
   if not b.known or b.limit <= 0 or b.remaining > ahead then return at end
-  if b.sliding then return math.max(at, dripAt(b)) end
+  if b.sliding then
+    local drip = dripAt(b)
+    return math.max(at, drip)
+  end
   if b.resetAt > t then
     local windows = idiv(ahead - math.max(b.remaining, 0), b.limit)
     at = math.max(at, b.resetAt + windows * b.span)

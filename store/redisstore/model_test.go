@@ -30,7 +30,7 @@ for i, f in ipairs(FIELDS) do
 end
 local n = #FIELDS + 1
 local function a(i) return tonumber(ARGV[n + i]) end
-local function hdr(i) return {limit = a(i), remaining = a(i + 1), resetAfter = a(i + 2), offset = a(i + 3)} end
+local function hdr(i) return {limit = a(i), remaining = a(i + 1), resetAfter = a(i + 2), offset = a(i + 3), reset = a(i + 4)} end
 local op, res = ARGV[1], 0
 local function flag(x) if x then return 1 end return 0 end
 if op == 'available' then res = flag(available(st, a(1), a(2)))
@@ -42,7 +42,7 @@ elseif op == 'observe' then observe(st, a(1), hdr(3), a(2))
 elseif op == 'limited' then
   local h = nil
   if a(3) == 1 then h = hdr(4) end
-  limited(st, a(1), a(2), h, a(8))
+  limited(st, a(1), a(2), h, a(9))
 elseif op == 'shared' then shared(st, a(1), a(2))
 elseif op == 'wakeAt' then res = wakeAt(st, a(1), a(2))
 elseif op == 'bound' then res = bound(st, a(1), a(2), a(3))
@@ -81,13 +81,13 @@ func opIdle(now int64) op          { return op{"idle", []int64{now}} }
 func opSeed(hold int64) op         { return op{"seed", []int64{hold}} }
 func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
 func opObserve(now, probes int64, h model.Headers) op {
-	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset}}
+	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset, h.Reset}}
 }
 func opLimited(now, retry int64, h *model.Headers, probes int64) op {
 	if h == nil {
-		return op{"limited", []int64{now, retry, 0, 0, 0, 0, 0, probes}}
+		return op{"limited", []int64{now, retry, 0, 0, 0, 0, 0, 0, probes}}
 	}
-	return op{"limited", []int64{now, retry, 1, h.Limit, h.Remaining, h.ResetAfter, h.Offset, probes}}
+	return op{"limited", []int64{now, retry, 1, h.Limit, h.Remaining, h.ResetAfter, h.Offset, h.Reset, probes}}
 }
 
 // apply runs o on the Go model and returns its result as the harness
@@ -95,7 +95,7 @@ func opLimited(now, retry int64, h *model.Headers, probes int64) op {
 func (o op) apply(b *model.Bucket) float64 {
 	a := o.args
 	hdr := func(i int) model.Headers {
-		return model.Headers{Limit: a[i], Remaining: a[i+1], ResetAfter: a[i+2], Offset: a[i+3]}
+		return model.Headers{Limit: a[i], Remaining: a[i+1], ResetAfter: a[i+2], Offset: a[i+3], Reset: a[i+4]}
 	}
 	flag := func(x bool) float64 {
 		if x {
@@ -122,7 +122,7 @@ func (o op) apply(b *model.Bucket) float64 {
 			x := hdr(3)
 			h = &x
 		}
-		b.Limited(a[0], a[1], h, a[7])
+		b.Limited(a[0], a[1], h, a[8])
 	case "shared":
 		b.Shared(a[0], a[1])
 	case "wakeAt":
@@ -153,7 +153,7 @@ func fields(b *model.Bucket) []float64 {
 		float64(b.Window), float64(b.Span), float64(b.Offset), float64(b.Pending), float64(b.Pause),
 		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
-		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt),
+		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant),
 	}
 }
 
@@ -183,7 +183,8 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
-	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt"}
+	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt",
+	"serverInstant"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -318,6 +319,55 @@ func TestModelTransitions(t *testing.T) {
 				{0, opAvailable(t0+120, 0), 1},
 				{0, opWakeAt(t0, 0), t0 + 110},
 				{0, opBound(t0, 0, 0), t0 + 110},
+			},
+		},
+		{
+			name:  "sliding: a request in flight counts a whole slot until its response dates it",
+			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
+			steps: []op{
+				opTake(t0),
+				opObserve(t0+600, 0, model.Headers{Limit: 2, Remaining: 1, ResetAfter: 100, Offset: 10}), opSettle(),
+			},
+			checks: []check{
+				{0, opAvailable(t0, 0), 1},
+				{1, opAvailable(t0+500, 0), 0}, // the drain alone never frees it: it may arrive late
+				{1, opWakeAt(t0+500, 0), 0},    // only its response opens it
+				{3, opAvailable(t0+600, 0), 0}, // the response dates it: a slot drains from there
+				{3, opWakeAt(t0+600, 0), t0 + 610},
+			},
+		},
+		{
+			name:  "sliding: a request that got no answer counts from then",
+			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
+			steps: []op{opTake(t0), opUnanswered(t0 + 700)},
+			checks: []check{
+				{2, opAvailable(t0+709, 0), 0},
+				{2, opAvailable(t0+710, 0), 1},
+			},
+		},
+		{
+			name: "sliding: responses compared on Discord's clock, which the network's jitter does not blur",
+			// Both decided at once at Discord (server time 5e12), the fuller
+			// one first; it arrives 100 ms sooner, so arrival plus
+			// Reset-After puts both at t0+1000 and would look fixed.
+			start: model.Bucket{Known: true, Limit: 10, Remaining: 0, ResetAt: t0, Window: 1000, Sliding: true, Evidence: 2, Offset: 10},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 10, Remaining: 0, ResetAfter: 1000, Offset: 10, Reset: 5e12 + 1000}),
+				opObserve(t0+100, 0, model.Headers{Limit: 10, Remaining: 1, ResetAfter: 900, Offset: 10, Reset: 5e12 + 900}),
+			},
+			checks: []check{
+				{2, opWakeAt(t0+101, 0), t0 + 122}, // still sliding: the next slot drips
+			},
+		},
+		{
+			name:  "sliding: without Discord's clock the same responses look fixed",
+			start: model.Bucket{Known: true, Limit: 10, Remaining: 0, ResetAt: t0, Window: 1000, Sliding: true, Evidence: 2, Offset: 10},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 10, Remaining: 0, ResetAfter: 1000, Offset: 10}),
+				opObserve(t0+100, 0, model.Headers{Limit: 10, Remaining: 1, ResetAfter: 900, Offset: 10}),
+			},
+			checks: []check{
+				{2, opWakeAt(t0+101, 0), t0 + 1010}, // the reset
 			},
 		},
 		{
@@ -569,7 +619,14 @@ func TestModelDifferential(t *testing.T) {
 		limit := int64(1 + rng.IntN(10))
 		window := int64(50 + rng.IntN(2000))
 		sliding := rng.IntN(2) == 0
-		used := int64(0) // the emulated bucket's count, for plausible headers
+		used := int64(0)                       // the emulated bucket's count, for plausible headers
+		skew := int64(rng.IntN(20000)) - 10000 // Discord's clock against the store's
+		reset := func(ra int64) int64 {
+			if ra < 0 || rng.IntN(3) == 0 {
+				return 0
+			}
+			return now + skew + ra - int64(rng.IntN(80)) // decided up to 80 ms before the arrival
+		}
 		var trail []op
 		for range steps {
 			now += int64(rng.IntN(3)) * int64(rng.IntN(int(window/2+1)))
@@ -598,14 +655,15 @@ func TestModelDifferential(t *testing.T) {
 				if rng.IntN(15) == 0 {
 					limit = int64(1 + rng.IntN(10))
 				}
-				o = opObserve(now, int64(rng.IntN(3)), model.Headers{Limit: limit, Remaining: remaining, ResetAfter: ra, Offset: int64(rng.IntN(20))})
+				o = opObserve(now, int64(rng.IntN(3)), model.Headers{Limit: limit, Remaining: remaining, ResetAfter: ra, Offset: int64(rng.IntN(20)), Reset: reset(ra)})
 				if rng.IntN(4) == 0 {
 					used = 0
 				}
 			case r < 84:
 				var hp *model.Headers
 				if rng.IntN(2) == 0 {
-					hp = &model.Headers{Limit: limit, Remaining: 0, ResetAfter: int64(rng.IntN(int(window))), Offset: 10}
+					ra := int64(rng.IntN(int(window)))
+					hp = &model.Headers{Limit: limit, Remaining: 0, ResetAfter: ra, Offset: 10, Reset: reset(ra)}
 				}
 				o = opLimited(now, int64(rng.IntN(3000)), hp, int64(rng.IntN(2)))
 			case r < 86:

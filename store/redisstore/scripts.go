@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/model"
 )
 
 var (
@@ -196,6 +197,7 @@ func (st *step) update(s *Store, h *permit, u store.Update, seq uint64) (gid, ti
 		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
 		cooldownMs, flag(h.tokenAuth), h.kind, h.hash, flag(h.global),
 		millis(bucketTTL), millis(routeTTL), digest(h.major), flag(h.cred == store.Unauthenticated), h.sub,
+		model.ResetMillis(u.Reset),
 	)
 	st.n++
 	return gid, tid

@@ -23,7 +23,7 @@
 -- now, ceil, extend, loadBucket, saveBucket and the model come from
 -- common.lua and model.lua, prepended when loading.
 
-local UPDATE_ARGS, CLAIM_ARGS = 22, 18
+local UPDATE_ARGS, CLAIM_ARGS = 23, 18
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
 local LEASE_FLOOR = 64
@@ -58,6 +58,7 @@ local APPLIED_TTL = 3600 * 1000
 --  16 granted hash     17 global (1/0)              18 bucket TTL (ms)
 --  19 route TTL (ms)   20 major digest          21 anonymous: no credential (1/0)
 --  22 the claim's kind (see store.Claim.Kind; "" none)
+--  23 reset (X-RateLimit-Reset, ms on Discord's clock; 0 unknown)
 -- Reply: {1, wake}: how many ms from now the bucket the response concerns
 -- may grant again by the passing of time alone (0: now), or -1 when only a
 -- response can open it or it is unknown.
@@ -68,7 +69,7 @@ local function update(K, A)
   local ubucket = A[5]
   local hasLimit = A[6] == '1'
   local h = {limit = tonumber(A[7]), remaining = tonumber(A[8]), resetAfter = tonumber(A[9]),
-    offset = tonumber(A[12])}
+    offset = tonumber(A[12]), reset = tonumber(A[23])}
   local scope = A[10]
   local retry = tonumber(A[11])
   local cooldown = tonumber(A[13])

@@ -10,7 +10,10 @@
 // home and not the other fails a test.
 package model
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Bucket is one counter: a (credential, bucket hash, major parameter), the
 // probe of a route whose bucket is not known yet, or a credential's counter
@@ -55,8 +58,17 @@ type Bucket struct {
 	Instant       int64 // when the last response said the bucket would be full
 	SeenAt        int64 // when that response arrived (0: none yet)
 	SeenRemaining int64 // and the Remaining it gave
-	// Level is the leaky-bucket model's count at LevelAt: each grant adds
-	// one, and it drains one slot per Tau.
+	// ServerInstant reports that Instant is on Discord's clock (from
+	// X-RateLimit-Reset), which network latency does not blur; otherwise
+	// it is the arrival plus Reset-After, on the store's clock. Instants
+	// on different clocks are not compared.
+	ServerInstant bool
+	// Level is the leaky-bucket model's count at LevelAt of the requests
+	// Discord has answered: it drains one slot per Tau. A request in
+	// flight (Pending) counts as one whole slot on top of it until its
+	// response dates it: Discord counts a request from when it arrives,
+	// which may be as late as the response, so a slot that drained from
+	// the grant would let network jitter bunch arrivals at Discord.
 	Level   float64
 	LevelAt int64
 	// TauLo and TauHi bound the time one slot takes to drain, in
@@ -83,6 +95,20 @@ type Headers struct {
 	ResetAfter int64
 	// Offset is the safety margin added to resets.
 	Offset int64
+	// Reset is when the bucket is full again on Discord's clock, in
+	// milliseconds since the Unix epoch (X-RateLimit-Reset), or 0 when
+	// the response gave none. Clocks differ, so it is only compared with
+	// other responses' Reset, never with the store's clock.
+	Reset int64
+}
+
+// ResetMillis converts an X-RateLimit-Reset instant to [Headers].Reset:
+// milliseconds since the Unix epoch, or 0 for none.
+func ResetMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(t.UnixMilli(), 0)
 }
 
 // slidingGuard keeps the comparison of two responses inside one window of
@@ -135,19 +161,27 @@ func (b *Bucket) levelNow(now int64) float64 {
 }
 
 // dripFree reports whether the leaky-bucket model has a slot at now, one
-// offset's worth of drain to spare.
+// offset's worth of drain to spare, the requests in flight counted whole.
 func (b *Bucket) dripFree(now int64) bool {
 	tau := b.Tau()
-	return tau > 0 && b.levelNow(now)+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
+	return tau > 0 && b.levelNow(now)+float64(b.Pending)+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
 }
 
-// dripAt returns when the model next has a slot (milliseconds).
-func (b *Bucket) dripAt() int64 {
+// dripAt returns when the model next has a slot (milliseconds) by the
+// drain alone, and false when the requests in flight fill the bucket
+// whatever drains: then only a response can open it, and the time
+// returned is when the drain is complete.
+func (b *Bucket) dripAt() (int64, bool) {
 	tau := b.Tau()
-	excess := b.Level - (float64(b.Limit) - 1 - float64(b.Offset*1000)/float64(tau))
+	room := float64(b.Limit) - 1 - float64(b.Offset*1000)/float64(tau) - float64(b.Pending)
+	ok := room >= 0
+	excess := b.Level - room
+	if !ok {
+		excess = b.Level
+	}
 	// The explicit conversion rounds the product, as the scripts do: no
 	// fused multiply-add.
-	return b.LevelAt + int64(math.Ceil(float64(max(excess, 0)*float64(tau))/1000))
+	return b.LevelAt + int64(math.Ceil(float64(max(excess, 0)*float64(tau))/1000)), ok
 }
 
 // WakeAt returns when b may become available by the passing of time alone,
@@ -166,8 +200,12 @@ func (b *Bucket) WakeAt(now, blocked int64) int64 {
 		}
 	}
 	if b.Known && b.Remaining <= 0 && b.Sliding {
-		// No refill at the reset: slots come back by the drip alone.
-		return max(b.dripAt(), now+1)
+		// No refill at the reset: slots come back by the drip, or by a
+		// response when the requests in flight fill the bucket.
+		if at, ok := b.dripAt(); ok {
+			return max(at, now+1)
+		}
+		return 0
 	}
 	if b.Known && b.Remaining <= 0 && b.Pending == 0 && b.ResetAt > now {
 		return b.ResetAt
@@ -184,8 +222,6 @@ func (b *Bucket) Take(now int64) {
 	if !b.Known || b.Unlimited {
 		return
 	}
-	b.Level = b.levelNow(now) + 1
-	b.LevelAt = now
 	b.Remaining--
 	if b.ResetAt == 0 {
 		b.ResetAt = now + b.Window
@@ -202,13 +238,19 @@ func (b *Bucket) Settle() {
 
 // Unanswered settles a request that was sent at or before now but got no
 // response: it failed in flight, or its caller gave up. Discord may have
-// counted it in a window that began when it arrived, which may be the
-// first of a window no response dated: a known fixed window does not
-// reopen before now, plus the offset and its longest length.
+// counted it when it arrived, as late as now: the leaky-bucket model
+// counts it from now, and a known fixed window, which may be the first
+// one no response dated, does not reopen before now, plus the offset and
+// its longest length.
 func (b *Bucket) Unanswered(now int64) {
 	b.Settle()
 	b.HeldAt = max(b.HeldAt, now)
-	if !b.Known || b.Unlimited || b.Sliding {
+	if !b.Known || b.Unlimited {
+		return
+	}
+	b.Level = b.levelNow(now) + 1
+	b.LevelAt = now
+	if b.Sliding {
 		return
 	}
 	b.ResetAt = max(b.ResetAt, now+b.Offset+b.Window)
@@ -219,9 +261,6 @@ func (b *Bucket) GiveBack() {
 	b.Settle()
 	if b.Known && b.Remaining < b.Limit {
 		b.Remaining++
-	}
-	if b.Level >= 1 {
-		b.Level-- // approximately: the model only errs towards full
 	}
 }
 
@@ -246,7 +285,7 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 	}
 	b.Offset = clamp(h.Offset)
 	if h.ResetAfter >= 0 {
-		b.watchSliding(now, now+h.ResetAfter, limit, remaining)
+		b.watchSliding(now, h, limit, remaining)
 	}
 	if b.Known && limit != b.Limit {
 		b.TauLo, b.TauHi = 0, 0 // the drain time changes with the limit
@@ -317,11 +356,21 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 // comparison does not depend on the order responses arrive in). Two such
 // moves in a row make the bucket sliding; a count that changes while the
 // moment stays put makes it fixed again.
-func (b *Bucket) watchSliding(now, instant, limit, remaining int64) {
-	prev, prevSeen, prevRemaining := b.Instant, b.SeenAt, b.SeenRemaining
-	b.Instant, b.SeenAt, b.SeenRemaining = instant, now, remaining
-	if prevSeen == 0 || limit <= 0 || now >= prev-max(slidingGuard, b.Window/4) {
-		return // no previous response in this window
+//
+// The moments are read on Discord's clock (X-RateLimit-Reset, and the
+// decision at Reset less Reset-After) when both responses give it: the
+// arrival plus Reset-After moves with the network's jitter, which at
+// Discord's latency is longer than a slot of a busy bucket and made
+// sliding buckets look fixed.
+func (b *Bucket) watchSliding(now int64, h Headers, limit, remaining int64) {
+	decided, instant, server := now, now+h.ResetAfter, false
+	if h.Reset > 0 && h.Reset-h.ResetAfter > 0 {
+		decided, instant, server = h.Reset-h.ResetAfter, h.Reset, true
+	}
+	prev, prevSeen, prevRemaining, prevServer := b.Instant, b.SeenAt, b.SeenRemaining, b.ServerInstant
+	b.Instant, b.SeenAt, b.SeenRemaining, b.ServerInstant = instant, now, remaining, server
+	if prevSeen == 0 || server != prevServer || limit <= 0 || decided >= prev-max(slidingGuard, b.Window/4) {
+		return // no previous response in this window, or on another clock
 	}
 	k := prevRemaining - remaining // requests counted between the two
 	if k == 0 {
@@ -416,8 +465,10 @@ func (b *Bucket) Bound(now, blocked int64, ahead int64) int64 {
 	}
 	if b.Sliding {
 		// Slots come back one at a time: the next one when the model
-		// drips (the drip of later ones is not counted).
-		return max(at, b.dripAt())
+		// drips (the drip of later ones, and the responses the requests
+		// in flight wait for, are not counted).
+		drip, _ := b.dripAt()
+		return max(at, drip)
 	}
 	if b.ResetAt > now {
 		// The refill at the reset serves the first limit waiters in line;
