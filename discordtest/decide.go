@@ -230,14 +230,15 @@ func (s *Server) toldByClaim(res *result, q *request, b Bucket, now time.Time, b
 
 // toldOfRename reports whether a rename refused by the hidden sublimit was
 // sent after an earlier sublimit 429 on the same channel had reached the
-// credential and before that 429's retry_after had run out. It remembers
+// credential (a reaction time before) and before that 429's retry_after
+// had run out. It remembers
 // this 429, whose retry_after is wait.
 func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait time.Duration) bool {
 	key := renameKey{cred: q.cred, channel: q.resource}
 	told := s.renameTold[key]
 	avoidable := false
 	for _, t := range told {
-		if !t.delivered.After(q.sent) && q.sent.Before(t.end) {
+		if !t.delivered.Add(reaction).After(q.sent) && q.sent.Before(t.end) {
 			avoidable = true
 			break
 		}

@@ -14,9 +14,10 @@ const edgeBlockBody = `{"code": 0, "message": "You are being blocked from access
 // after a block response before it probes whether the block has ended.
 const probeGap = time.Second
 
-// reaction is how long a client is given to read a block response before
-// it can hold back requests it is about to send: a request sent within
-// this long after the response reached the client was already on its way.
+// reaction is how long a client is given to read a block response (or a
+// hidden sublimit's 429) before it can hold back requests it is about to
+// send: a request sent within this long after the response reached the
+// client was already on its way.
 // It is not scaled: reading a response takes as long at any time scale.
 const reaction = time.Millisecond
 

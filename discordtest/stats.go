@@ -32,7 +32,9 @@ import (
 //     one it was told about;
 //   - a 429 from the hidden sublimit is avoidable when the client sent the
 //     rename after an earlier sublimit 429 for the same channel had reached
-//     the same credential and before that 429's retry_after had run out
+//     the same credential (at least a millisecond before, as for an edge
+//     block below: a rename sent sooner was already on its way) and before
+//     that 429's retry_after had run out
 //     (counted from when the emulator decided it); otherwise, as no header
 //     announces the sublimit, it is unavoidable;
 //   - every 429 with scope shared is unavoidable;

@@ -210,6 +210,23 @@ func TestHiddenSublimitJudgement(t *testing.T) {
 	}
 }
 
+// TestHiddenSublimitReaction: a rename sent within a millisecond of the
+// sublimit 429 was already on its way; one sent later was not.
+func TestHiddenSublimitReaction(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, WithHiddenSublimit(1, time.Minute))
+	const path = "/api/v10/channels/1"
+	h.do("PATCH", path, botA, `{"name":"a"}`).want(t, 200)
+	h.do("PATCH", path, botA, `{"name":"b"}`).want(t, 429) // unavoidable
+	h.clock.Advance(500 * time.Microsecond)
+	h.do("PATCH", path, botA, `{"name":"c"}`).want(t, 429) // within the reaction time: unavoidable
+	h.clock.Advance(2 * time.Millisecond)
+	h.do("PATCH", path, botA, `{"name":"d"}`).want(t, 429) // after it: avoidable
+	if st := h.srv.Stats(); st.Unavoidable != 2 || st.Avoidable != 1 {
+		t.Errorf("stats unavoidable %d avoidable %d; want 2 and 1", st.Unavoidable, st.Avoidable)
+	}
+}
+
 func TestUnannouncedStateIsDropped(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, WithHiddenSublimit(1, time.Minute),
