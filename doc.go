@@ -32,7 +32,11 @@
 // only ever lowered by responses; resets come from X-RateLimit-Reset-After
 // plus a safety offset, never from wall clocks, and a window reopens only
 // after every request granted in it has been answered. This is correct for
-// Discord's fixed and sliding windows alike.
+// Discord's fixed and sliding windows alike. A sliding window gives its
+// slots back one at a time; the store tells it from a fixed one by comparing
+// responses' X-RateLimit-Reset with each other (Discord's clock, never the
+// local one), and counts each request in flight as a whole slot until its
+// response dates it, since Discord counts a request from when it arrives.
 //
 // # Limits no header announces
 //
