@@ -70,9 +70,10 @@ type proxy struct {
 	store     *redisstore.Store     // nil without -redis
 	meters    *sdkmetric.MeterProvider
 	metrics   http.Handler
-	rp        *httputil.ReverseProxy
-	inFlight  chan struct{} // a token per request being forwarded
-	buffered  atomic.Int64  // bytes of request bodies buffered now
+	rp        *httputil.ReverseProxy // forwards the requests that ask to switch protocols
+	authValue []string               // the Authorization value of -default-token, or nil
+	inFlight  chan struct{}          // a token per request being forwarded
+	buffered  atomic.Int64           // bytes of request bodies buffered now
 }
 
 // newProxy builds the proxy: the upstream transport, the store, the meter
@@ -120,7 +121,9 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		Transport:    p.transport,
 		ErrorHandler: p.handleError,
 		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BufferPool:   &bufferPool{},
+	}
+	if cfg.defaultAuth != "" {
+		p.authValue = []string{cfg.defaultAuth}
 	}
 	return p, nil
 }
