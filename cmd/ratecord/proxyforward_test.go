@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -302,5 +305,39 @@ func TestForwardUpgrade(t *testing.T) {
 	io.WriteString(c, "hello\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "HELLO\n" {
 		t.Errorf("echo = %q, %v; want HELLO", line, err)
+	}
+}
+
+// TestRequestLineMatchesSlog checks that the log line the proxy writes
+// itself is the one slog's JSONHandler writes.
+func TestRequestLineMatchesSlog(t *testing.T) {
+	t.Parallel()
+	zones := []*time.Location{time.UTC, time.FixedZone("X", 5*3600+30*60)}
+	for i, d := range []time.Duration{0, time.Microsecond, 1500 * time.Nanosecond, 123456789 * time.Nanosecond, 3 * time.Second, 90 * time.Minute} {
+		at := time.Date(2026, 11, 24, 15, 4, 5, i*123456789%1e9, zones[i%2])
+		method, path, status, n := "POST", "/api/v10/webhooks/1/REDACTED", 200+i, int64(i*1000)
+		var want bytes.Buffer
+		h := slog.NewJSONHandler(&want, nil)
+		rec := slog.NewRecord(at, slog.LevelInfo, "request", 0)
+		rec.AddAttrs(slog.String("method", method), slog.String("path", path), slog.Int("status", status),
+			slog.Float64("duration_ms", durationMS(d)), slog.Int64("bytes", n))
+		if err := h.Handle(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if !writeRequestLine(&got, at, method, path, status, d, n) {
+			t.Fatal("writeRequestLine refused a plain line")
+		}
+		if got.String() != want.String() {
+			t.Errorf("line for %v:\n got %s\nwant %s", d, got.String(), want.String())
+		}
+		if !json.Valid(got.Bytes()) {
+			t.Errorf("line %s is not JSON", got.String())
+		}
+	}
+	for _, s := range []string{`/a"b`, `/a\b`, "/a\nb", "/é", "\x7f"} {
+		if writeRequestLine(io.Discard, time.Now(), "GET", s, 200, 0, 0) {
+			t.Errorf("writeRequestLine wrote path %q, which needs escaping", s)
+		}
 	}
 }

@@ -157,12 +157,15 @@ func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
 	if !p.log.Enabled(ctx, level) {
 		return
 	}
+	if p.fastLog(rec) && p.logAnswered(r, rec, d) {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
 		slog.String("method", r.Method),
 		slog.String("path", logPath(r, rec)),
 		slog.Int("status", rec.status),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.Float64("duration_ms", durationMS(d)),
 		slog.Int64("bytes", rec.bytes))
 	if rec.reason != "" {
 		attrs = append(attrs, slog.String("reason", rec.reason))

@@ -49,6 +49,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.logFormat == "json" {
+		p.lines = logs
+	}
 	defer p.close()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -64,6 +67,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type proxy struct {
 	cfg       *proxyConfig
 	log       *slog.Logger
+	lines     io.Writer // where the JSON log goes, for writeRequestLine; nil with a text log
 	upstream  *http.Transport
 	transport *ratecord.Transport
 	redis     redis.UniversalClient // nil without -redis
