@@ -116,8 +116,8 @@ var errUnrequestedUpgrade = errors.New("the upstream switched protocols though t
 // (so that the client's going away cancels it) with f's trace of
 // informational responses.
 func (p *proxy) outgoing(r *http.Request, f *forwarding) *http.Request {
-	out := r.WithContext(httptrace.WithClientTrace(r.Context(), &f.trace)) // a shallow copy
 	f.trace.Got1xxResponse = f.got1xx
+	out := r.WithContext(httptrace.WithClientTrace(r.Context(), &f.trace)) // a shallow copy
 	u := &f.url
 	*u = url.URL{Scheme: p.cfg.upstream.Scheme, Host: p.cfg.upstream.Host, RawQuery: p.upstreamQuery(r.URL.RawQuery)}
 	// The path was checked decoded: send it encoded the one way Go
