@@ -66,8 +66,8 @@ https://discord.com/api/v10. Each request's own Authorization header is its
 credential: one proxy serves many bots.
 
 Memory: unless GOGC or GOMEMLIMIT is set, the proxy runs the garbage
-collector by a soft memory limit of 15 MiB, raised with the live heap to a
-quarter over it (resident size stays near 25 MB under load). With either
+collector by a soft memory limit of 14 MiB, raised with the live heap to a
+quarter over it (the resident size stays under 25 MB under load). With either
 set, Go's own rules apply.
 
 Endpoints:

@@ -9,7 +9,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ratecord/ratecord"
@@ -53,7 +52,7 @@ func (p *proxy) refuse(rec *recorder, status int, reason, msg string) {
 
 // forward checks the request's path, its Authorization, the client's
 // authentication, the cap on requests in flight and the body, and hands
-// the request to the reverse proxy.
+// the request on upstream.
 func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 	if !isAPIPath(r.URL.Path) {
 		p.refuse(rec, http.StatusBadRequest, "bad_path", errNotAPI.Error())
@@ -94,7 +93,7 @@ func (p *proxy) forward(rec *recorder, w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	p.rp.ServeHTTP(rec, r)
+	p.send(rec, r)
 }
 
 // authenticated reports whether r may use the proxy: always without
@@ -158,12 +157,15 @@ func (p *proxy) logRequest(r *http.Request, rec *recorder, d time.Duration) {
 	if !p.log.Enabled(ctx, level) {
 		return
 	}
+	if p.fastLog(rec) && p.logAnswered(r, rec, d) {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
 		slog.String("method", r.Method),
 		slog.String("path", logPath(r, rec)),
 		slog.Int("status", rec.status),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+		slog.Float64("duration_ms", durationMS(d)),
 		slog.Int64("bytes", rec.bytes))
 	if rec.reason != "" {
 		attrs = append(attrs, slog.String("reason", rec.reason))
@@ -226,6 +228,8 @@ type recorder struct {
 	err    error                    // why, not yet redacted
 
 	refusedTarget bool // the request target was refused: do not log it
+
+	fwd forwarding // what forwarding the request needs
 }
 
 func (rec *recorder) WriteHeader(code int) {
@@ -246,15 +250,3 @@ func (rec *recorder) Write(b []byte) (int, error) {
 
 // Unwrap lets [http.ResponseController] reach the connection's writer.
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
-
-// bufferPool lends the reverse proxy its copy buffers.
-type bufferPool struct{ pool sync.Pool }
-
-func (b *bufferPool) Get() []byte {
-	if buf, ok := b.pool.Get().(*[]byte); ok {
-		return *buf
-	}
-	return make([]byte, 32<<10)
-}
-
-func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }

@@ -49,6 +49,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.logFormat == "json" {
+		p.lines = logs
+	}
 	defer p.close()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -64,15 +67,17 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type proxy struct {
 	cfg       *proxyConfig
 	log       *slog.Logger
+	lines     io.Writer // where the JSON log goes, for writeRequestLine; nil with a text log
 	upstream  *http.Transport
 	transport *ratecord.Transport
 	redis     redis.UniversalClient // nil without -redis
 	store     *redisstore.Store     // nil without -redis
 	meters    *sdkmetric.MeterProvider
 	metrics   http.Handler
-	rp        *httputil.ReverseProxy
-	inFlight  chan struct{} // a token per request being forwarded
-	buffered  atomic.Int64  // bytes of request bodies buffered now
+	rp        *httputil.ReverseProxy // forwards the requests that ask to switch protocols
+	authValue []string               // the Authorization value of -default-token, or nil
+	inFlight  chan struct{}          // a token per request being forwarded
+	buffered  atomic.Int64           // bytes of request bodies buffered now
 }
 
 // newProxy builds the proxy: the upstream transport, the store, the meter
@@ -120,7 +125,9 @@ func newProxy(cfg *proxyConfig, logger *slog.Logger) (*proxy, error) {
 		Transport:    p.transport,
 		ErrorHandler: p.handleError,
 		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BufferPool:   &bufferPool{},
+	}
+	if cfg.defaultAuth != "" {
+		p.authValue = []string{cfg.defaultAuth}
 	}
 	return p, nil
 }
