@@ -205,40 +205,10 @@ var _ store.Estimator = (*Store)(nil)
 
 // Acquire implements [store.Store].
 func (s *Store) Acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
-	start := s.clock.Now()
-	maxWait := claim.MaxWait
-	gated := false
-	for {
-		// A Cloudflare block holds the claim before its bucket does.
-		var tk edge.Ticket
-		if s.gates.Active() {
-			gated = true
-			var err error
-			if tk, err = s.gates.Wait(ctx, &claim, start, s.done); err != nil {
-				return nil, err
-			}
-		}
-		if gated && maxWait > 0 {
-			claim.MaxWait = max(maxWait-s.clock.Now().Sub(start), 1)
-		}
-		r, err := s.acquireSub(ctx, claim)
-		if err != nil {
-			s.gates.Abandon(tk)
-			return nil, err
-		}
-		if s.gates.Holds(tk, claim.Route) {
-			// A block came while the claim waited for its bucket: give
-			// the slot back and wait at the gates.
-			gated = true
-			r.Recycle()
-			continue
-		}
-		s.gates.Bind(tk, r)
-		if gated {
-			r.Waited = s.clock.Now().Sub(start)
-		}
-		return r, nil
-	}
+	// A Cloudflare block holds the claim before its bucket does.
+	return s.gates.Acquire(ctx, claim, s.clock.Now(), s.done, func(c store.Claim) (*store.Reservation, error) {
+		return s.acquireSub(ctx, c)
+	})
 }
 
 // BlockedFor implements [store.BlockGate]: the store holds Cloudflare

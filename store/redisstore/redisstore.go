@@ -220,41 +220,13 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation,
 	if !s.watching.Load() {
 		s.watch()
 	}
-	start := time.Now()
-	gc := c
-	gated := false
-	for {
-		var tk edge.Ticket
-		if s.gates.Active() {
-			gated = true
-			var err error
-			if tk, err = s.gates.Wait(ctx, &c, start, s.done); err != nil {
-				return nil, err
-			}
-			if c.MaxWait > 0 {
-				gc.MaxWait = max(c.MaxWait-time.Since(start), 1)
-			}
-		}
-		g, err := s.acquire(ctx, gc)
+	return s.gates.Acquire(ctx, c, time.Now(), s.done, func(c store.Claim) (*store.Reservation, error) {
+		g, err := s.acquire(ctx, c)
 		if err != nil {
-			s.gates.Abandon(tk)
 			return nil, err
 		}
-		if s.gates.Holds(tk, c.Route) {
-			// A block came while the claim waited for its bucket: give
-			// the slot back and wait at the gates.
-			gated = true
-			store.NewReservation(s, c, g.Bucket, 0, g.Handle, 0).Recycle()
-			continue
-		}
-		waited := g.Waited
-		if gated {
-			waited = time.Since(start)
-		}
-		r := store.NewReservation(s, c, g.Bucket, waited, g.Handle, 0)
-		s.gates.Bind(tk, r)
-		return r, nil
-	}
+		return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+	})
 }
 
 // BlockedFor implements [store.BlockGate]: the Store holds Cloudflare

@@ -336,6 +336,48 @@ func (g *Gates) Bind(t Ticket, r *store.Reservation) {
 	}
 }
 
+// Acquire holds claim c at the gates, then takes its slot with acquire,
+// the store's own claim; a block that came while the claim waited for its
+// slot sends it back to the gates, the slot given back. A claim that waited
+// at the gates has its maximum wait shortened by that wait, and its
+// reservation's Waited counts from start. done is the store's close
+// signal.
+func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, done <-chan struct{},
+	acquire func(store.Claim) (*store.Reservation, error)) (*store.Reservation, error) {
+	maxWait := c.MaxWait
+	gated := false
+	for {
+		var tk Ticket
+		if g.Active() {
+			gated = true
+			var err error
+			if tk, err = g.Wait(ctx, &c, start, done); err != nil {
+				return nil, err
+			}
+		}
+		if gated && maxWait > 0 {
+			c.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
+		}
+		r, err := acquire(c)
+		if err != nil {
+			g.Abandon(tk)
+			return nil, err
+		}
+		if g.Holds(tk, c.Route) {
+			// A block came while the claim waited for its bucket: give
+			// the slot back and wait at the gates.
+			gated = true
+			r.Recycle()
+			continue
+		}
+		g.Bind(tk, r)
+		if gated {
+			r.Waited = g.clk.Now().Sub(start)
+		}
+		return r, nil
+	}
+}
+
 // Abandon gives up the probe of a ticket whose request will not be sent.
 func (g *Gates) Abandon(t Ticket) {
 	if !t.Probe() {
