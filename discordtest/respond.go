@@ -27,18 +27,16 @@ const botUserID = "1100000000000000001"
 func (s *Server) respond(w http.ResponseWriter, q *request, res result) {
 	h := w.Header()
 	date := res.decided.Add(s.cfg.skew).UTC().Format(http.TimeFormat)
-	if res.banned {
+	if res.banned || res.edge {
+		// Cloudflare's answers: no rate-limit headers, no Via.
+		contentType, body := "application/json", edgeBlockBody
+		if res.banned {
+			contentType, body = "text/html; charset=UTF-8", banPage
+		}
 		h.Set("Date", date)
-		h.Set("Content-Type", "text/html; charset=UTF-8")
+		h.Set("Content-Type", contentType)
 		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = io.WriteString(w, banPage)
-		return
-	}
-	if res.edge {
-		h.Set("Date", date)
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = io.WriteString(w, edgeBlockBody)
+		_, _ = io.WriteString(w, body)
 		return
 	}
 	h.Set("Date", date)
