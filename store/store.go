@@ -215,11 +215,14 @@ type Claim struct {
 	// Kind names, on a route where the body decides whether a request can
 	// hit a hidden sublimit narrower than the route's bucket, which kind
 	// the request is: "rename" for a PATCH /channels/{id} that changes the
-	// name or topic (2 per 10 minutes, in no header). A 429 of scope user
-	// on such a claim whose retry_after outlasts the bucket's reset holds
-	// only the claims of the same credential, route, major and Kind until
-	// it ends, and for as long again lets them go one at a time; the
-	// bucket's other requests go on under its headers. "" means none.
+	// name or topic (2 per 10 minutes, in no header). The claims of the
+	// same credential, route, major and Kind go one at a time, in arrival
+	// order, across every process sharing the store: the next one is
+	// granted once the response of the one before is reported, so no two
+	// are in flight when the sublimit's 429 comes. A 429 of scope user on
+	// such a claim whose retry_after outlasts the bucket's reset holds only
+	// them until it ends; the bucket's other requests go on under its
+	// headers. "" means none.
 	Kind string
 }
 

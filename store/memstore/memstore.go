@@ -229,7 +229,7 @@ func (s *Store) acquireSub(ctx context.Context, claim store.Claim) (*store.Reser
 		if err != nil && turn {
 			s.mu.Lock()
 			if cr := s.creds[claim.Credential]; cr != nil {
-				cr.releaseSublimit(&claim)
+				cr.releaseSublimit(&claim, s.now())
 			}
 			s.mu.Unlock()
 		}
@@ -609,7 +609,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	} else {
 		cr = s.cred(c.Credential, now)
 	}
-	cr.releaseSublimit(c)
+	cr.releaseSublimit(c, now)
 	if !u.Sent {
 		if token != 0 {
 			cr.global.remove(token)

@@ -13,10 +13,16 @@ type subKey struct {
 	route, major, kind string
 }
 
-// sublimit is what a hidden sublimit's 429 taught: its requests wait until
-// until; then, as long again (until end), they go one at a time in arrival
-// order, so that the ones that waited do not all meet the sublimit again
-// at once.
+// sublimit is the line of the requests of one kind (see [store.Claim].Kind)
+// on a route and major parameter, and what a hidden sublimit's 429 taught:
+// its requests wait until until. They always go one at a time, in arrival
+// order: a kind has a hidden sublimit, so the next request of it leaves
+// only once the response of the one before says whether the sublimit was
+// met. No two requests of the kind are ever in flight when its 429 comes,
+// and none overtakes one that waited. The kinds are rare edits (two
+// renames per ten minutes are allowed), so this costs nothing a bot could
+// use. An entry lives while a request of its kind waits or is out, and
+// until end after a 429 (until, and as long again).
 type sublimit struct {
 	until, end int64
 	busy       bool          // a request of the kind is out, sent after until
@@ -62,24 +68,34 @@ func (cr *cred) sublimitWait(c *store.Claim, now int64) int64 {
 	return 0
 }
 
+// sub returns the entry of c's kind, made when there is none, or nil when
+// the credential keeps maxSubs entries already.
+func (cr *cred) sub(c *store.Claim, now int64) *sublimit {
+	k := subKeyOf(c)
+	if e := cr.subs[k]; e != nil {
+		return e
+	}
+	if len(cr.subs) >= maxSubs {
+		cr.sweepSubs(now)
+		if len(cr.subs) >= maxSubs {
+			return nil
+		}
+	}
+	if cr.subs == nil {
+		cr.subs = make(map[subKey]*sublimit)
+	}
+	e := &sublimit{changed: make(chan struct{})}
+	cr.subs[k] = e
+	return e
+}
+
 // holdSublimit holds the requests of c's kind for retry from now, and
 // reports whether it could: the credential keeps at most maxSubs
 // sublimits.
 func (cr *cred) holdSublimit(c *store.Claim, now, retry int64) bool {
-	k := subKeyOf(c)
-	e := cr.subs[k]
+	e := cr.sub(c, now)
 	if e == nil {
-		if len(cr.subs) >= maxSubs {
-			cr.sweepSubs(now)
-			if len(cr.subs) >= maxSubs {
-				return false
-			}
-		}
-		if cr.subs == nil {
-			cr.subs = make(map[subKey]*sublimit)
-		}
-		e = &sublimit{changed: make(chan struct{})}
-		cr.subs[k] = e
+		return false
 	}
 	e.until = max(e.until, now+retry)
 	e.end = max(e.end, e.until+retry)
@@ -87,13 +103,26 @@ func (cr *cred) holdSublimit(c *store.Claim, now, retry int64) bool {
 }
 
 // releaseSublimit ends the turn of the request of c's kind that was out.
-func (cr *cred) releaseSublimit(c *store.Claim) {
+func (cr *cred) releaseSublimit(c *store.Claim, now int64) {
 	if c.Kind == "" {
 		return
 	}
-	if e := cr.subs[subKeyOf(c)]; e != nil && e.busy {
+	k := subKeyOf(c)
+	if e := cr.subs[k]; e != nil && e.busy {
 		e.busy = false
 		e.signal()
+		cr.dropSub(k, e, now)
+	}
+}
+
+// dropSub forgets e, the entry of k, once nothing waits on it, nothing of
+// its kind is out and no 429 holds it.
+func (cr *cred) dropSub(k subKey, e *sublimit, now int64) {
+	if now >= e.end && !e.busy && len(e.line) == 0 && cr.subs[k] == e {
+		delete(cr.subs, k)
+		if len(cr.subs) == 0 {
+			cr.subs = nil
+		}
 	}
 }
 
@@ -109,9 +138,10 @@ func (cr *cred) sweepSubs(now int64) {
 	}
 }
 
-// awaitSublimit waits while a hidden sublimit holds c, and reports whether
-// c took the sublimit's turn (see sublimit), which its settlement, or
-// releaseSublimit when it is not granted, gives back. Such a claim waits
+// awaitSublimit waits for the turn of c's kind (see sublimit), and reports
+// whether c took it: its settlement, or releaseSublimit when it is not
+// granted, gives it back. A claim without a kind, or whose credential
+// keeps maxSubs entries already, takes no turn. A claim waits for its turn
 // apart from its bucket's queue, so the bucket's other requests keep
 // flowing; it then queues as any claim does. The wait counts against
 // c.MaxWait.
@@ -128,11 +158,8 @@ func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) (turn bool, e
 		}
 		start := s.clock.Now()
 		now := s.ms(start)
-		var e *sublimit
-		if cr := s.creds[c.Credential]; cr != nil {
-			e = cr.subs[subKeyOf(c)]
-		}
-		if e == nil || me == nil && now >= e.end && !e.busy && len(e.line) == 0 {
+		e := s.cred(c.Credential, now).sub(c, now)
+		if e == nil {
 			s.mu.Unlock()
 			return false, nil
 		}
@@ -188,6 +215,9 @@ func (s *Store) awaitSublimit(ctx context.Context, c *store.Claim) (turn bool, e
 		if err != nil {
 			s.mu.Lock()
 			e.leave(me)
+			if cr := s.creds[c.Credential]; cr != nil {
+				cr.dropSub(subKeyOf(c), e, s.now())
+			}
 			s.mu.Unlock()
 			return false, &store.WaitError{Scope: store.ScopeUser, RetryAfter: d, Err: err}
 		}

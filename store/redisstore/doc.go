@@ -30,10 +30,10 @@
 //	                      (grant + offset, lowered to the response time; a reserved grant lies
 //	                      in the future); TTL delay + offset + window + 1 s
 //	P:{T}:d:<M>    STRING present while a token-authenticated major answered 401/404; TTL the cooldown
-//	P:{T}:s:<K>    HASH   a hidden sublimit of the claims of one kind (see store.Claim.Kind), K
-//	                      a digest of (route, major, kind): until (they wait until then), busy
-//	                      (one sent after until is out: its timeout); TTL until + retry_after,
-//	                      while they go one at a time
+//	P:{T}:s:<K>    HASH   the claims of one kind (see store.Claim.Kind), which go one at a time
+//	                      for every process, K a digest of (route, major, kind): until (a hidden
+//	                      sublimit's 429 holds them until then), busy (one is out: its timeout);
+//	                      TTL until + retry_after, and while one is out
 //	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, one MessagePack array (see
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is

@@ -105,3 +105,52 @@ func TestBlockAcrossProcesses(t *testing.T) {
 		r.Cancel()
 	}
 }
+
+// TestKindOneAtATimeAcrossProcesses: the claims of a Kind go one at a time
+// across processes sharing the store: a rename of a channel one process
+// has out holds the renames of that channel in another, until its response
+// is reported.
+func TestKindOneAtATimeAcrossProcesses(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t)
+	a := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix))
+	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix))
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+	rename := store.Claim{Credential: "kind-bot", Route: "PATCH /channels/:id", Major: "channels/7", Kind: "rename"}
+	ok := func(remaining int) store.Update {
+		return store.Update{Sent: true, Status: 200, Bucket: "chan", HasLimit: true, Limit: 10, Remaining: remaining, ResetAfter: 30 * time.Second}
+	}
+
+	r, err := a.Acquire(ctx, rename)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var rb *store.Reservation
+	go func() {
+		var err error
+		rb, err = b.Acquire(ctx, rename)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("process b: a rename was granted (err %v) while process a had one of the channel out", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := r.Report(ctx, ok(9)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("process b after a's response: Acquire = %v; want a permit", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("process b: the rename still waits 5 s after process a's response")
+	}
+	if err := rb.Report(ctx, ok(8)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -56,8 +56,8 @@ func (k credKeys) applied(proc string) string { return k.base + "a:" + proc }
 // dead is the cooldown key of a token-authenticated major.
 func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }
 
-// sublimit holds, while it lives, the hidden sublimit of the requests of
-// kind on route and major (see store.Claim.Kind).
+// sublimit holds, while it lives, the turn and the hidden sublimit of the
+// requests of kind on route and major (see store.Claim.Kind).
 func (k credKeys) sublimit(route, major, kind string) string {
 	return k.base + "s:" + digest(route, major, kind)
 }

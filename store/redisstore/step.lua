@@ -44,9 +44,9 @@ local APPLIED_TTL = 3600 * 1000
 --   7 probes   HASH  major digest -> probe requests in flight
 --   8 lastgrant STRING the permit id prefix of the last grant of the queue
 --                     that claimed the permit (for A[3] = 3)
---   9 sublimit HASH  the hidden sublimit of A[22]: until (its requests wait until
---                    then), busy (one of them is out, sent after until: its timeout);
---                    TTL until + as long again, while they go one at a time
+--   9 sublimit HASH  the requests of kind A[22]: until (a hidden sublimit's 429
+--                    holds them until then), busy (one of them is out: its
+--                    timeout); TTL until + as long again, and while one is out
 -- A:
 --   1 route template    2 permit id ("" when none)
 --   3 sent (1/0; 2: an unused slot of a lease; 3: a slot of a claim whose reply was lost)
@@ -260,30 +260,29 @@ local function claim(K, A)
   local refused = refusal(c, tokenAuth, K[4])
   if refused then return refused end
 
-  -- A hidden sublimit holds the claims of its kind only; their queue
-  -- leaves the bucket's line while it waits. After it, as long again,
-  -- they go one at a time, so that those that waited do not all meet the
-  -- sublimit again at once.
+  -- The claims of a kind go one at a time, whatever process makes them:
+  -- the kind has a hidden sublimit, and the next one leaves only once the
+  -- response of the one before says whether it met it. A sublimit's 429
+  -- holds them (only them) until it ends. While they wait, their queue
+  -- leaves the bucket's line.
   local subTurn = false
   if A[18] ~= '' then
     local st = redis.call('HMGET', K[11], 'until', 'busy')
-    local untilT, busy = tonumber(st[1]), tonumber(st[2]) or 0
-    if untilT then
-      local w, lower = 0, 0
-      if untilT > now then
-        w = ceil(untilT - now)
-        lower = w
-      elseif busy > now then
-        w = poll -- until the response of the one that is out
-      else
-        subTurn = true
-        want, extra = 1, 0
-      end
-      if not subTurn then
-        redis.call('ZREM', K[6], qid)
-        redis.call('ZREM', K[7], qid)
-        return {1, w, lower, 1, 0}
-      end
+    local untilT, busy = tonumber(st[1]) or 0, tonumber(st[2]) or 0
+    local w, lower = 0, 0
+    if untilT > now then
+      w = ceil(untilT - now)
+      lower = w
+    elseif busy > now then
+      w = poll -- until the response of the one that is out
+    else
+      subTurn = true
+      want, extra = 1, 0
+    end
+    if not subTurn then
+      redis.call('ZREM', K[6], qid)
+      redis.call('ZREM', K[7], qid)
+      return {1, w, lower, 1, 0}
     end
   end
 
@@ -463,7 +462,10 @@ local function claim(K, A)
   -- The queue's last grant, so that giving back the slots of a claim whose
   -- reply was lost changes nothing unless the claim ran.
   redis.call('SET', K[10], prefix, 'PX', pendingTTL)
-  if subTurn then redis.call('HSET', K[11], 'busy', now + delay + pendingTTL) end
+  if subTurn then
+    redis.call('HSET', K[11], 'busy', now + delay + pendingTTL)
+    extend(K[11], ceil(delay + pendingTTL) + 1000)
+  end
   if kind ~= 2 then
     for _ = 1, k do take(b, now) end
     b.pendingUntil = now + delay + pendingTTL

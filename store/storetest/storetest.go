@@ -75,6 +75,7 @@ func cases() []testCase {
 		{name: "LearnedHold", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedHold},
 		{name: "Spacing", run: testSpacing},
 		{name: "HiddenSublimit", policy: store.Policy{ResetOffset: 10 * time.Millisecond}, run: testHiddenSublimit},
+		{name: "KindOneAtATime", run: testKindOneAtATime},
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "BlockedBan", run: testBlockedBan},
@@ -1073,6 +1074,35 @@ func testHiddenSublimit(h *harness) {
 	second = h.stillWaiting(second, watch, "a second rename while the first is out")
 	h.update(r.p, limits(rename, "e", 5, 3, 100*time.Millisecond))
 	h.granted(second, "a second rename after the first's response")
+}
+
+// testKindOneAtATime: the claims of a Kind go one at a time from the
+// first, before any 429, in arrival order: the next is granted once the
+// one before is reported, answered or unsent. Claims without the Kind, and
+// claims of the Kind on another major, are not held.
+func testKindOneAtATime(h *harness) {
+	edit := claim(h.cred("a"), routeChan, major1)
+	h.learn(edit, "e", 50, 49, far)
+	rename := edit
+	rename.Kind = "rename"
+	ctx := h.t.Context()
+
+	first := h.acquireNow(rename)
+	second := h.queue(ctx, rename)
+	third := h.queue(ctx, rename)
+	h.update(h.acquireNow(edit), limits(edit, "e", 50, 47, far)) // not a rename: goes on
+	other := rename
+	other.Major = major2
+	h.update(h.acquireNow(other), limits(other, "e", 50, 49, far)) // another channel's renames go on
+	second = h.stillWaiting(second, watch, "a rename while another of the channel is out")
+
+	h.update(first, limits(rename, "e", 50, 46, far))
+	r := h.granted(second, "the second rename, after the first's response")
+	third = h.stillWaiting(third, watch, "the third rename while the second is out")
+	h.update(r.p, unsent(rename))
+	r = h.granted(third, "the third rename, after the second was given back unsent")
+	h.update(r.p, limits(rename, "e", 50, 45, far))
+	h.update(h.acquireNow(rename), limits(rename, "e", 50, 44, far)) // nothing out: at once
 }
 
 // testShared429: a shared 429 delays its bucket by RetryAfter and leaves its
