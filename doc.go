@@ -45,7 +45,11 @@
 // every credential, in every process of a shared store, for a pause of at
 // least a second ([WithBlockPause]), then lets one probe through at a time,
 // doubling the pause each time the probe is blocked again. A ban page, or
-// blocks on two routes, hold every route. Nothing is resent in a loop.
+// blocks on two routes, hold every route. Nothing is resent in a loop. A
+// block also says the route went past a limit, so once it ends the route
+// is paced: each process lets out at most three quarters of what passed
+// for it in the second before the block, one request at a time, halving
+// that rate if a block comes again, for ten minutes.
 //
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained, and whose own headers still

@@ -245,7 +245,8 @@ func WithCooldown(d time.Duration) Option {
 // doubles with each probe that is blocked again, in the memory store the
 // transport creates (see [WithStore]; a store takes them from its
 // [store.Policy]). A ban page, or blocks on two routes, hold every route.
-// first is at least a second. The defaults are [store.DefaultBlockPause]
+// After a block the route is paced by what passed before it (see the
+// package documentation). first is at least a second. The defaults are [store.DefaultBlockPause]
 // and [store.DefaultBlockPauseMax].
 func WithBlockPause(first, max time.Duration) Option {
 	return optionFunc(func(c *config) {

@@ -368,7 +368,9 @@ const (
 	// block, which is per IP address: stores that implement [BlockGate]
 	// hold every request of the route, from every credential, for at least
 	// [Policy.BlockPause], then let one probe through at a time; a ban page
-	// ([Update.Ban]) or blocks on two routes hold every request.
+	// ([Update.Ban]) or blocks on two routes hold every request. Once the
+	// block ends, the stores of this module pace the route by what passed
+	// before it.
 	ScopeBlocked Scope = "blocked"
 	// ScopeGuard marks a refusal by the invalid-request guard, or of a
 	// credential or webhook that recently answered 401 or 404.

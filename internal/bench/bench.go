@@ -192,6 +192,10 @@ type Scenario struct {
 	// Renames reports that the load renames channels with [Env.Rename]:
 	// the table's footer then says how many renames overtook earlier ones.
 	Renames bool
+	// MinDuration, if positive, is how long the scenario runs at least,
+	// whatever [Options].Duration says: a scenario whose first limit
+	// pauses the client for seconds needs longer to show what follows.
+	MinDuration time.Duration
 }
 
 // Result is what one run of a scenario with a limiter measured.
@@ -283,7 +287,7 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 		for _, lim := range limiters {
 			for i := 1; i <= repeat; i++ {
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %d proc(s), %v ...", sc.Name, lim.Name, i, repeat, max(o.Procs, 1), o.Duration)
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %d proc(s), %v ...", sc.Name, lim.Name, i, repeat, max(o.Procs, 1), max(o.Duration, sc.MinDuration))
 				}
 				start := time.Now()
 				r, err := runOne(ctx, sc, lim, o)
@@ -305,6 +309,7 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 }
 
 func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, error) {
+	o.Duration = max(o.Duration, sc.MinDuration)
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
 	opts = append(opts, discordtest.WithNetwork(o.Network))
 	if sc.GlobalLimit > 0 {

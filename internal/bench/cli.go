@@ -60,7 +60,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter")
+		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block: at least 10s)")
 		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")

@@ -327,6 +327,9 @@ func Unannounced(n discordtest.Network) []Scenario {
 			},
 			Max:     span(func(d time.Duration) float64 { return edgeLimit * windows(d, edgeWindow) }),
 			Counted: onBucket("edge"),
+			// The first block pauses for seconds; what a client learned
+			// from it shows after.
+			MinDuration: 10 * time.Second,
 		},
 		{
 			// Reactions: the headers claim 200 with a ten-minute reset

@@ -154,3 +154,76 @@ func TestKindOneAtATimeAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBlockPacesEveryProcess: a block one process meets paces, in each
+// process sharing the store, what that process sent: a process that sent
+// six requests in the second before goes at four per second after it, one
+// that sent none is not paced.
+func TestBlockPacesEveryProcess(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t)
+	pol := store.Policy{BlockPause: time.Second}
+	var s [3]*redisstore.Store
+	for i := range s {
+		s[i] = redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+		defer s[i].Close()
+	}
+	a, b, idle := s[0], s[1], s[2]
+	ctx := t.Context()
+	route := "GET /channels/:id/messages"
+	claim := func(cred string) store.Claim {
+		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
+	}
+	ok := store.Update{Sent: true, Status: 200, Bucket: "m", HasLimit: true, Limit: 100, Remaining: 90, ResetAfter: 30 * time.Second}
+	send := func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
+		t.Helper()
+		r, err := s.Acquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		if err := r.Report(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+
+	r, err := idle.Acquire(ctx, claim("pace-c")) // idle follows the store's channel
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Cancel()
+	for range 6 {
+		send(b, claim("pace-b"), ok)
+	}
+	send(a, claim("pace-a"), store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked})
+	deadline := time.Now().Add(2 * time.Second)
+	for b.BlockedFor(route) == 0 || idle.BlockedFor(route) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other processes never learned of the block")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	send(a, claim("pace-a"), ok) // the probe, after the pause
+	const every, slack = 250 * time.Millisecond, 20 * time.Millisecond
+	last := send(b, claim("pace-b"), ok)
+	for i := range 3 {
+		at := send(b, claim("pace-b"), ok)
+		if gap := at.Sub(last); gap < every-slack {
+			t.Errorf("process b, request %d after the block: %v after the one before; want at least %v", i+2, gap, every)
+		}
+		last = at
+	}
+	for i := range 3 {
+		r, err := idle.Acquire(ctx, claim("pace-c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Waited > every/2 {
+			t.Errorf("the process that sent nothing, request %d after the block: waited %v; want no pace", i+1, r.Waited)
+		}
+		if err := r.Report(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

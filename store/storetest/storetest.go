@@ -79,6 +79,7 @@ func cases() []testCase {
 		{name: "Shared429", run: testShared429},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "BlockedBan", run: testBlockedBan},
+		{name: "BlockPaces", serial: true, run: testBlockPaces},
 		{name: "UnsentGivesBackSlot", run: testUnsentGivesBackSlot},
 		{name: "UnansweredKeepsWindow", run: testUnansweredKeepsWindow},
 		{name: "UnsentGivesBackGlobalSlot", policy: store.Policy{GlobalWindow: far}, run: testUnsentGivesBackGlobalSlot},
@@ -1174,6 +1175,53 @@ func testBlocked429(h *harness) {
 	h.update(next.p, response(claim(b, routeCreate, major2), 200))
 	h.granted(third, "a request after a probe passed")
 	h.acquireNow(claim(a, routeCreate, major1))
+}
+
+// testBlockPaces: after a block, its route goes at three quarters of what
+// passed on it in the second before, one request per interval; other
+// routes go on at once.
+func testBlockPaces(h *harness) {
+	h = h.with(store.Policy{BlockPause: time.Second})
+	ctx := h.t.Context()
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 100, 99, far)
+	for range 8 {
+		h.update(h.acquireNow(c), limits(c, "h", 100, 90, far))
+	}
+	// Nine passed within the second: six per second, one per 167 ms.
+	h.update(h.acquireNow(c), tooMany(c, store.ScopeBlocked, 0))
+	probe := h.granted(h.acquireAsync(ctx, c), "the probe after the block")
+	h.update(probe.p, limits(c, "h", 100, 90, far))
+
+	const every, slack = 167 * time.Millisecond, 20 * time.Millisecond
+	start, last := time.Now(), probe.at
+	for i := range 4 {
+		r := h.granted(h.acquireAsync(ctx, c), "a request after the block")
+		if gap := r.at.Sub(last); gap < every-slack {
+			h.t.Errorf("request %d after the block: %v after the one before; want at least %v", i+1, gap, every)
+		}
+		last = r.at
+		h.update(r.p, limits(c, "h", 100, 90, far))
+	}
+	if d := time.Since(start); d > 4*every+time.Second {
+		h.t.Errorf("four paced requests took %v; want about %v, not a second each", d, 4*every)
+	}
+	now := c
+	now.NoWait = true
+	h.update(h.acquireNow(c), limits(c, "h", 100, 90, far)) // waits out the pace
+	_, err := h.s.Acquire(ctx, now)
+	if we := h.waitError(err, store.ErrWaitTooLong, "a request the pace holds, NoWait"); we.Scope != store.ScopeBlocked || we.RetryAfter <= 0 {
+		h.t.Errorf("a request the pace holds, NoWait: WaitError scope %q, retry after %v; want %q and a wait", we.Scope, we.RetryAfter, store.ScopeBlocked)
+	}
+	// Another route is not paced.
+	other := claim(h.cred("a"), routeMe, "")
+	for range 3 {
+		r := h.acquireNow(other)
+		if r.Waited > every/2 {
+			h.t.Errorf("another route waited %v; want no pace", r.Waited)
+		}
+		h.update(r, response(other, 200))
+	}
 }
 
 // testBlockedBan: a ban page, or blocks on two routes, hold every request

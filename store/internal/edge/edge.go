@@ -11,6 +11,9 @@
 // sent before the block and comes back blocked too extends the pause but
 // does not double it: only the first block and each blocked probe count.
 //
+// A block also teaches a pace for its route, which holds its requests
+// after their buckets grant them (see PaceWindow).
+//
 // Gates is the state of one store; both stores use it in front of their
 // buckets. A [Remote] shares it between processes (the Redis store); a
 // process then follows what the others learn.
@@ -41,8 +44,10 @@ const Lease = 15 * time.Second
 // called without locks held; they report what the shared state became,
 // which the caller merges. A failed call leaves the local state in charge.
 type Remote interface {
-	// Block records a block of key. strike reports that it counts towards
-	// the doubling of the pause; pause is the pause it calls for.
+	// Block records a block of key. strike reports a blocked probe, which
+	// counts towards the doubling of the pause, as the first block of a
+	// gate the shared store does not hold does; pause is the pause it
+	// calls for.
 	Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (State, error)
 	// Probe asks for the probe of keys under id; the reply says whether it
 	// was granted and, when not, the state of the gates that hold it.
@@ -93,6 +98,10 @@ type Gates struct {
 	timeout time.Duration
 	closed  bool           // no more calls to the remote
 	rwg     sync.WaitGroup // calls to the remote made in the background
+
+	paces  map[string]*pace  // what blocks taught (see PaceWindow)
+	pacing map[uint64]string // arrival number -> route of the claims waiting for a pace
+	passed passes            // what passed the edge lately
 }
 
 // New returns the gates of a store that pauses first after a block, at most
@@ -104,6 +113,8 @@ func New(clk clock.Clock, first, max time.Duration, prefix string, remote Remote
 		gates:   make(map[string]*gate),
 		changed: make(chan struct{}),
 		waiting: make(map[uint64]string),
+		paces:   make(map[string]*pace),
+		pacing:  make(map[uint64]string),
 		prefix:  prefix,
 		remote:  remote, rctx: ctx, timeout: timeout,
 	}
@@ -147,7 +158,7 @@ func (g *Gates) keys(route string) []string {
 func (g *Gates) broadcast() {
 	close(g.changed)
 	g.changed = make(chan struct{})
-	g.active.Store(len(g.gates) > 0)
+	g.active.Store(len(g.gates) > 0 || len(g.paces) > 0)
 }
 
 // Wait holds a claim on route until no gate holds it, or until it may go
@@ -318,6 +329,9 @@ func (g *Gates) Estimate(route string) time.Duration {
 	for _, k := range g.keys(route) {
 		at = later(at, g.gates[k].until)
 	}
+	for _, p := range g.paced(route, now) {
+		at = later(at, p.next)
+	}
 	return max(at.Sub(now), 0)
 }
 
@@ -363,6 +377,17 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			g.Abandon(tk)
 			return nil, err
 		}
+		if g.Active() {
+			pc := c
+			if maxWait > 0 {
+				pc.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
+			}
+			if err := g.awaitPace(ctx, pc, tk.Probe(), done); err != nil {
+				g.Abandon(tk)
+				r.Recycle()
+				return nil, err
+			}
+		}
 		if g.Holds(tk, c.Route) {
 			// A block came while the claim waited for its bucket: give
 			// the slot back and wait at the gates.
@@ -406,6 +431,9 @@ func (g *Gates) release(keys []string, id string, penalty time.Duration) {
 // Settle applies what a request of claim c taught, reported through r.
 func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
 	blocked := u.Sent && u.Status == 429 && u.Scope == store.ScopeBlocked
+	if u.Sent && u.Status > 0 && !blocked {
+		g.passed.add(c.Route, g.clk.Now()) // it passed the edge
+	}
 	if !blocked && !g.Active() {
 		return
 	}
@@ -447,26 +475,31 @@ func (g *Gates) block(route string, u *store.Update, probed []string, id string)
 	}
 	now := g.clk.Now()
 	gt := g.gates[key]
-	strike := gt == nil
+	strike, probeBlocked := gt == nil, false
 	if gt == nil {
 		gt = &gate{}
 		g.gates[key] = gt
 	}
 	for _, k := range probed {
-		strike = strike || k == key
+		probeBlocked = probeBlocked || k == key
 		if p := g.gates[k]; p != nil && p.probeID == id {
 			p.probeTo, p.probeID, p.prober = time.Time{}, "", nil
 		}
 	}
+	strike = strike || probeBlocked
 	if strike {
 		gt.strikes++
+		g.learn(key, now)
 	}
 	pause := max(g.pause(max(gt.strikes, 1)), u.RetryAfter)
 	gt.until = later(gt.until, now.Add(pause))
 	gt.changed = now
 	g.broadcast()
 	g.background(func(ctx context.Context) {
-		st, err := g.remote.Block(ctx, key, strike, pause, g.base, g.max)
+		// Only a blocked probe is a strike for the shared store, which
+		// counts one for a gate it did not have: the first block of an
+		// episode, met by several processes, is one strike.
+		st, err := g.remote.Block(ctx, key, probeBlocked, pause, g.base, g.max)
 		if err == nil {
 			g.mu.Lock()
 			g.merge([]State{st}, g.clk.Now())
@@ -527,6 +560,9 @@ func (g *Gates) merge(states []State, now time.Time) {
 		if gt == nil {
 			gt = &gate{}
 			g.gates[st.Key] = gt
+			g.learn(st.Key, now) // another process met a block
+		} else if st.Strikes > gt.strikes {
+			g.learn(st.Key, now) // another process's probe was blocked
 		}
 		// A pause only grows until a probe passes (Gone).
 		gt.until = later(gt.until, now.Add(st.Until))

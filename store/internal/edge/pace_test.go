@@ -1,0 +1,208 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratecord/ratecord/internal/clock"
+	"github.com/ratecord/ratecord/store"
+)
+
+const route = "GET /channels/:id/messages"
+
+func newGates(t *testing.T) (*Gates, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	g := New(clk, time.Second, time.Minute, "", nil, nil, 0)
+	t.Cleanup(g.Close)
+	return g, clk
+}
+
+// pass records n requests of route that passed the edge at the clock's
+// time, then moves the clock by d.
+func pass(g *Gates, clk *clock.Fake, route string, n int, d time.Duration) {
+	for range n {
+		g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 200})
+	}
+	clk.Advance(d)
+}
+
+func block(g *Gates, route string) {
+	g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked})
+}
+
+func TestPassesCountTheLastWindow(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 5, 600*time.Millisecond) // falls out of the window below
+	pass(g, clk, route, 8, 300*time.Millisecond)
+	pass(g, clk, "GET /users/@me", 3, 300*time.Millisecond)
+	now := clk.Now()
+	if got := g.passed.count(route, now); got != 8 {
+		t.Errorf("count(route) = %d; want the 8 of the last second", got)
+	}
+	if got := g.passed.count(All, now); got != 11 {
+		t.Errorf("count(All) = %d; want 11, every route's", got)
+	}
+	// A slot reused after its ring turned over counts anew.
+	clk.Advance(slots * slotWidth)
+	pass(g, clk, route, 2, 0)
+	if got := g.passed.count(route, clk.Now()); got != 2 {
+		t.Errorf("count after the ring turned over = %d; want 2", got)
+	}
+}
+
+func TestPassesBounded(t *testing.T) {
+	g, clk := newGates(t)
+	for i := range maxCounted + 50 {
+		pass(g, clk, "GET /r"+strconv.Itoa(i), 1, 0)
+	}
+	if n := g.passed.n.Load(); n > maxCounted {
+		t.Errorf("%d routes counted one by one; want at most %d", n, maxCounted)
+	}
+	// A route beyond the bound learns from the whole store's count.
+	if got := g.passed.count("GET /r"+strconv.Itoa(maxCounted+10), clk.Now()); got != maxCounted+50 {
+		t.Errorf("count(a route beyond the bound) = %d; want the store's %d", got, maxCounted+50)
+	}
+}
+
+func TestBlockLearnsAPace(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 20, 10*time.Millisecond)
+	block(g, route)
+	if got, want := g.Pace(route), 67*time.Millisecond; got != want {
+		t.Errorf("Pace after 20 passed = %v; want %v (15 per second, rounded up to the millisecond)", got, want)
+	}
+	// More blocks of the same episode, before the pace let anything out,
+	// change nothing.
+	block(g, route)
+	if got := g.Pace(route); got != 67*time.Millisecond {
+		t.Errorf("Pace after a second block response of the same episode = %v; want it unchanged", got)
+	}
+	if g.Pace("GET /users/@me") != 0 || g.Pace(All) != 0 {
+		t.Error("a block of one route paced others")
+	}
+}
+
+func TestBlockWhilePacedHalvesTheRate(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 8, 10*time.Millisecond) // 6 per second
+	block(g, route)
+	clk.Advance(2 * time.Second)
+	g.mu.Lock()
+	delete(g.gates, route) // the probe passed
+	g.broadcast()
+	g.mu.Unlock()
+	ctx := context.Background()
+	if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	pass(g, clk, route, 1, 0)
+	block(g, route)
+	if got, want := g.Pace(route), 334*time.Millisecond; got != want {
+		t.Errorf("Pace after a block under a pace of %v = %v; want %v", 167*time.Millisecond, got, want)
+	}
+}
+
+func TestNothingPassedLearnsNoPace(t *testing.T) {
+	g, _ := newGates(t)
+	block(g, route)
+	if got := g.Pace(route); got != 0 {
+		t.Errorf("Pace after a block with nothing passed = %v; want none", got)
+	}
+}
+
+func TestPaceForgotten(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 8, 0)
+	block(g, route)
+	clk.Advance(PaceMemory)
+	if got := g.Pace(route); got != 0 {
+		t.Errorf("Pace after PaceMemory = %v; want it forgotten", got)
+	}
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+	if err := g.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	n := len(g.paces)
+	g.mu.Unlock()
+	if n != 0 || g.Active() {
+		t.Errorf("%d paces kept, Active %v, after PaceMemory; want none", n, g.Active())
+	}
+}
+
+// TestAwaitPaceSpaces: claims go one per interval in arrival order; a
+// claim that cannot wait fails at once with the wait; a closed store
+// releases the waiters.
+func TestAwaitPaceSpaces(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 4, 0) // 3 per second
+	block(g, route)
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+	ctx := context.Background()
+	c := store.Claim{Route: route}
+	if err := g.awaitPace(ctx, c, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	now := c
+	now.NoWait = true
+	err := g.awaitPace(ctx, now, false, nil)
+	var we *store.WaitError
+	if !errors.As(err, &we) || !errors.Is(err, store.ErrWaitTooLong) || we.Scope != store.ScopeBlocked || we.RetryAfter != 334*time.Millisecond {
+		t.Fatalf("awaitPace(NoWait) = %v; want ErrWaitTooLong, scope blocked, retry after 334ms", err)
+	}
+
+	done := make(chan error, 2)
+	go func() { done <- g.awaitPace(ctx, c, false, nil) }()
+	for clk.Timers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("awaitPace returned %v before the interval", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(334 * time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	closed := make(chan struct{})
+	go func() { done <- g.awaitPace(ctx, c, false, closed) }()
+	for clk.Timers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(closed)
+	if err := <-done; !errors.Is(err, store.ErrClosed) {
+		t.Errorf("awaitPace after the store closed = %v; want ErrClosed", err)
+	}
+}
+
+func TestPacesBounded(t *testing.T) {
+	g, clk := newGates(t)
+	for i := range maxPaces + 5 {
+		r := "GET /r" + strconv.Itoa(i)
+		pass(g, clk, r, 4, 0)
+		block(g, r)
+		g.mu.Lock()
+		clear(g.gates) // each block passed
+		g.broadcast()
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	n := len(g.paces)
+	_, all := g.paces[All]
+	g.mu.Unlock()
+	if n > maxPaces+1 || !all {
+		t.Errorf("%d paces kept (the store's: %v); want at most %d routes, then the whole store paced", n, all, maxPaces)
+	}
+}
