@@ -31,7 +31,7 @@ type bucket struct {
 	lastUsed int64
 }
 
-func (b *bucket) available(now int64) bool { return b.Available(now, b.c.m.Blocked) }
+func (b *bucket) available(now int64) bool { return b.Available(now) }
 
 // take grants a slot, counting a probe's request against its major.
 func (b *bucket) take(now int64) {

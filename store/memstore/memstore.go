@@ -302,10 +302,7 @@ func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		}
 		if err != nil {
 			scope := store.ScopeUser
-			switch {
-			case now < cr.m.Blocked:
-				scope = store.ScopeBlocked
-			case b == nil || (c.Global && b.q.empty() && b.available(now)):
+			if b == nil || (c.Global && b.q.empty() && b.available(now)) {
 				scope = store.ScopeGlobal
 			}
 			s.mu.Unlock()
@@ -357,9 +354,6 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	}
 	if w.b != nil && now < w.b.Pause {
 		scope = store.ScopeShared
-	}
-	if now < cr.m.Blocked {
-		scope = store.ScopeBlocked
 	}
 	werr := &store.WaitError{Bucket: hashOf(w.b), Scope: scope, Err: err}
 	if !s.closed {
@@ -435,7 +429,7 @@ func hashOf(b *bucket) string {
 func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now int64) int64 {
 	at := now
 	if b != nil {
-		at = b.Bound(now, cr.m.Blocked, int64(b.q.len()))
+		at = b.Bound(now, int64(b.q.len()))
 	}
 	if c.Global {
 		at = max(at, cr.m.Pause)
@@ -541,7 +535,7 @@ func (cr *cred) globalReady(now int64) bool {
 
 // arm makes sure b is pumped again when time alone may open it.
 func (s *Store) arm(b *bucket, now int64) {
-	at := b.WakeAt(now, b.c.m.Blocked)
+	at := b.WakeAt(now)
 	if at == 0 {
 		return
 	}

@@ -117,7 +117,7 @@ func (cr *cred) empty(now int64) bool {
 // idle reports whether cr's own state (not its buckets and routes) may be
 // forgotten at now.
 func (cr *cred) idle(now int64) bool {
-	if !cr.globalQ.empty() || cr.alarm.armed() || now < cr.m.Pause || now < cr.m.Blocked || now < cr.m.Unauthorized {
+	if !cr.globalQ.empty() || cr.alarm.armed() || now < cr.m.Pause || now < cr.m.Unauthorized {
 		return false
 	}
 	return cr.global.empty(now)

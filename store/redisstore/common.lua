@@ -73,9 +73,9 @@ end
 -- loadCred returns the credential's deadlines kept at key.
 local function loadCred(key)
   if not credState then
-    local f = redis.call('HMGET', key, 'gpause', 'blocked', 'unauth')
+    local f = redis.call('HMGET', key, 'gpause', 'unauth')
     credKey = key
-    credState = {pause = tonumber(f[1]) or 0, blocked = tonumber(f[2]) or 0, unauthorized = tonumber(f[3]) or 0}
+    credState = {pause = tonumber(f[1]) or 0, unauthorized = tonumber(f[2]) or 0}
   end
   return credState
 end
@@ -119,7 +119,7 @@ local function flush()
   end
   if credDirty then
     local c = credState
-    redis.call('HSET', credKey, 'gpause', c.pause, 'blocked', c.blocked, 'unauth', c.unauthorized)
-    extend(credKey, ceil(math.max(c.pause, c.blocked, c.unauthorized) - now) + 1000)
+    redis.call('HSET', credKey, 'gpause', c.pause, 'unauth', c.unauthorized)
+    extend(credKey, ceil(math.max(c.pause, c.unauthorized) - now) + 1000)
   end
 end

@@ -23,9 +23,8 @@
 // tag:
 //
 //	P:{T}:r        HASH   route template -> learned bucket hash ("\x00": no bucket); TTL 1 h after last use
-//	P:{T}:c        HASH   gpause, blocked, unauth: deadlines of the global pause, of a
-//	                      credential-wide block (unused: blocks are per IP, see P:{E}:e) and
-//	                      of a 401 cooldown; TTL until the last + 1 s
+//	P:{T}:c        HASH   gpause, unauth: deadlines of the global pause and of a 401 cooldown
+//	                      (blocks are per IP, see P:{E}:e); TTL until the last + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
 //	                      (grant + offset, lowered to the response time; a reserved grant lies
 //	                      in the future); TTL delay + offset + window + 1 s

@@ -24,7 +24,7 @@ if r ~= guess then return {3, r} end
 
 local at = now
 if isGlobal then
-  at = math.max(at, c.pause, c.blocked)
+  at = math.max(at, c.pause)
   local cnt = redis.call('ZCOUNT', KEYS[3], now - gwindow, '+inf')
   if cnt >= glimit then
     -- The window is full: a slot opens gwindow after the entry glimit
@@ -46,7 +46,7 @@ end
 seed(b, spacing)
 local ahead = queued
 if kind == 0 then ahead = ahead + redis.call('ZCARD', KEYS[7]) end
-at = math.max(at, bound(b, now, c.blocked, ahead))
+at = math.max(at, bound(b, now, ahead))
 if sub ~= '' then
   local untilT = tonumber(redis.call('HGET', KEYS[8], 'until')) or 0
   at = math.max(at, untilT)

@@ -93,8 +93,8 @@ local function dripAt(b)
   return b.levelAt + math.ceil((math.max(excess, 0) * ta) / 1000), ok
 end
 
-local function available(b, t, blocked)
-  if t < b.pause or t < blocked or b.retired then return false end
+local function available(b, t)
+  if t < b.pause or b.retired then return false end
   if b.unlimited then return true end
   if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
   if not b.known then return b.pending == 0 end
@@ -105,8 +105,8 @@ local function available(b, t, blocked)
   return b.remaining > 0 or (b.sliding and dripFree(b, t))
 end
 
-local function wakeAt(b, t, blocked)
-  local at = math.max(b.pause, blocked)
+local function wakeAt(b, t)
+  local at = b.pause
   if at > t then return at end
   if b.hold > 0 and not b.unlimited then
     if b.pending > 0 then return 0 end
@@ -264,8 +264,8 @@ local function seed(b, hold)
   b.holdLimit = b.limit
 end
 
-local function bound(b, t, blocked, ahead)
-  local at = math.max(t, b.pause, blocked)
+local function bound(b, t, ahead)
+  local at = math.max(t, b.pause)
   if b.hold > 0 and not b.unlimited then
     at = math.max(at, b.heldAt + b.hold * (1 + ahead))
   end
@@ -287,7 +287,7 @@ local function idle(b, t)
   return b.retired or not b.known or b.resetAt == 0 or t >= b.resetAt
 end
 
--- A credential: {pause, blocked, unauthorized}.
+-- A credential: {pause, unauthorized}.
 local function credLimited(c, t, scope, retry)
   if scope == 'global' then
     c.pause = math.max(c.pause, t + clamp(retry))

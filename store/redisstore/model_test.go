@@ -33,7 +33,7 @@ local function a(i) return tonumber(ARGV[n + i]) end
 local function hdr(i) return {limit = a(i), remaining = a(i + 1), resetAfter = a(i + 2), offset = a(i + 3), reset = a(i + 4)} end
 local op, res = ARGV[1], 0
 local function flag(x) if x then return 1 end return 0 end
-if op == 'available' then res = flag(available(st, a(1), a(2)))
+if op == 'available' then res = flag(available(st, a(1)))
 elseif op == 'take' then take(st, a(1))
 elseif op == 'settle' then settle(st)
 elseif op == 'unanswered' then unanswered(st, a(1))
@@ -44,8 +44,8 @@ elseif op == 'limited' then
   if a(3) == 1 then h = hdr(4) end
   limited(st, a(1), a(2), h, a(9))
 elseif op == 'shared' then shared(st, a(1), a(2))
-elseif op == 'wakeAt' then res = wakeAt(st, a(1), a(2))
-elseif op == 'bound' then res = bound(st, a(1), a(2), a(3))
+elseif op == 'wakeAt' then res = wakeAt(st, a(1))
+elseif op == 'bound' then res = bound(st, a(1), a(2))
 elseif op == 'idle' then res = flag(idle(st, a(1)))
 elseif op == 'seed' then seed(st, a(1))
 end
@@ -68,15 +68,13 @@ type op struct {
 
 func (o op) String() string { return fmt.Sprintf("%s%v", o.name, o.args) }
 
-func opAvailable(now, blocked int64) op { return op{"available", []int64{now, blocked}} }
-func opTake(now int64) op               { return op{"take", []int64{now}} }
-func opSettle() op                      { return op{"settle", nil} }
-func opGiveBack() op                    { return op{"giveBack", nil} }
-func opUnanswered(now int64) op         { return op{"unanswered", []int64{now}} }
-func opWakeAt(now, blocked int64) op    { return op{"wakeAt", []int64{now, blocked}} }
-func opBound(now, blocked, ahead int64) op {
-	return op{"bound", []int64{now, blocked, ahead}}
-}
+func opAvailable(now int64) op     { return op{"available", []int64{now}} }
+func opTake(now int64) op          { return op{"take", []int64{now}} }
+func opSettle() op                 { return op{"settle", nil} }
+func opGiveBack() op               { return op{"giveBack", nil} }
+func opUnanswered(now int64) op    { return op{"unanswered", []int64{now}} }
+func opWakeAt(now int64) op        { return op{"wakeAt", []int64{now}} }
+func opBound(now, ahead int64) op  { return op{"bound", []int64{now, ahead}} }
 func opIdle(now int64) op          { return op{"idle", []int64{now}} }
 func opSeed(hold int64) op         { return op{"seed", []int64{hold}} }
 func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
@@ -105,7 +103,7 @@ func (o op) apply(b *model.Bucket) float64 {
 	}
 	switch o.name {
 	case "available":
-		return flag(b.Available(a[0], a[1]))
+		return flag(b.Available(a[0]))
 	case "take":
 		b.Take(a[0])
 	case "settle":
@@ -126,9 +124,9 @@ func (o op) apply(b *model.Bucket) float64 {
 	case "shared":
 		b.Shared(a[0], a[1])
 	case "wakeAt":
-		return float64(b.WakeAt(a[0], a[1]))
+		return float64(b.WakeAt(a[0]))
 	case "bound":
-		return float64(b.Bound(a[0], a[1], a[2]))
+		return float64(b.Bound(a[0], a[1]))
 	case "idle":
 		return flag(b.Idle(a[0]))
 	case "seed":
@@ -237,21 +235,21 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Probe: true},
 			steps: []op{opTake(t0), opObserve(t0+50, 0, h(5, 4, 1000)), opSettle()},
 			checks: []check{
-				{1, opAvailable(t0+1, 0), 0},
-				{3, opAvailable(t0+60, 0), 1},
+				{1, opAvailable(t0 + 1), 0},
+				{3, opAvailable(t0 + 60), 1},
 			},
 		},
 		{
 			name:  "fixed window: remaining counts grants, refill only after reset and answers",
 			start: model.Bucket{},
 			steps: []op{
-				opObserve(t0, 0, h(2, 1, 1000)), opTake(t0), opAvailable(t0, 0),
+				opObserve(t0, 0, h(2, 1, 1000)), opTake(t0), opAvailable(t0),
 				opTake(t0 + 1), // a grant Available refused is the caller's bug; the model still counts it
 			},
 			checks: []check{
-				{1, opAvailable(t0, 0), 1},
-				{3, opAvailable(t0+5000, 0), 0}, // reset passed, two answers missing
-				{3, opWakeAt(t0+5, 0), 0},       // only a response opens it
+				{1, opAvailable(t0), 1},
+				{3, opAvailable(t0 + 5000), 0}, // reset passed, two answers missing
+				{3, opWakeAt(t0 + 5), 0},       // only a response opens it
 			},
 		},
 		{
@@ -262,8 +260,8 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+10, 0, h(5, 3, 200)),
 			},
 			checks: []check{
-				{2, opBound(t0+10, 0, 1), t0 + 810},
-				{2, opAvailable(t0+11, 0), 1},
+				{2, opBound(t0+10, 1), t0 + 810},
+				{2, opAvailable(t0 + 11), 1},
 			},
 		},
 		{
@@ -285,7 +283,7 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+20, 0, h(3, 1, 980)),
 			},
 			checks: []check{
-				{6, opAvailable(t0+21, 0), 0},
+				{6, opAvailable(t0 + 21), 0},
 			},
 		},
 		{
@@ -293,7 +291,7 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(5, 0, -1))},
 			checks: []check{
-				{1, opWakeAt(t0+1, 0), t0 + 1010},
+				{1, opWakeAt(t0 + 1), t0 + 1010},
 			},
 		},
 		{
@@ -313,12 +311,12 @@ func TestModelTransitions(t *testing.T) {
 		{
 			name:  "sliding bucket full: the next slot drips before the reset",
 			start: model.Bucket{Known: true, Limit: 10, Remaining: 0, ResetAt: t0 + 1000, Window: 1000, Sliding: true, Level: 10, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
-			steps: []op{opWakeAt(t0, 0)},
+			steps: []op{opWakeAt(t0)},
 			checks: []check{
-				{0, opAvailable(t0+50, 0), 0},
-				{0, opAvailable(t0+120, 0), 1},
-				{0, opWakeAt(t0, 0), t0 + 110},
-				{0, opBound(t0, 0, 0), t0 + 110},
+				{0, opAvailable(t0 + 50), 0},
+				{0, opAvailable(t0 + 120), 1},
+				{0, opWakeAt(t0), t0 + 110},
+				{0, opBound(t0, 0), t0 + 110},
 			},
 		},
 		{
@@ -329,11 +327,11 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+600, 0, model.Headers{Limit: 2, Remaining: 1, ResetAfter: 100, Offset: 10}), opSettle(),
 			},
 			checks: []check{
-				{0, opAvailable(t0, 0), 1},
-				{1, opAvailable(t0+500, 0), 0}, // the drain alone never frees it: it may arrive late
-				{1, opWakeAt(t0+500, 0), 0},    // only its response opens it
-				{3, opAvailable(t0+600, 0), 0}, // the response dates it: a slot drains from there
-				{3, opWakeAt(t0+600, 0), t0 + 610},
+				{0, opAvailable(t0), 1},
+				{1, opAvailable(t0 + 500), 0}, // the drain alone never frees it: it may arrive late
+				{1, opWakeAt(t0 + 500), 0},    // only its response opens it
+				{3, opAvailable(t0 + 600), 0}, // the response dates it: a slot drains from there
+				{3, opWakeAt(t0 + 600), t0 + 610},
 			},
 		},
 		{
@@ -341,8 +339,8 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
 			steps: []op{opTake(t0), opUnanswered(t0 + 700)},
 			checks: []check{
-				{2, opAvailable(t0+709, 0), 0},
-				{2, opAvailable(t0+710, 0), 1},
+				{2, opAvailable(t0 + 709), 0},
+				{2, opAvailable(t0 + 710), 1},
 			},
 		},
 		{
@@ -356,7 +354,7 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+100, 0, model.Headers{Limit: 10, Remaining: 1, ResetAfter: 900, Offset: 10, Reset: 5e12 + 900}),
 			},
 			checks: []check{
-				{2, opWakeAt(t0+101, 0), t0 + 122}, // still sliding: the next slot drips
+				{2, opWakeAt(t0 + 101), t0 + 122}, // still sliding: the next slot drips
 			},
 		},
 		{
@@ -367,7 +365,7 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+100, 0, model.Headers{Limit: 10, Remaining: 1, ResetAfter: 900, Offset: 10}),
 			},
 			checks: []check{
-				{2, opWakeAt(t0+101, 0), t0 + 1010}, // the reset
+				{2, opWakeAt(t0 + 101), t0 + 1010}, // the reset
 			},
 		},
 		{
@@ -380,8 +378,8 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+7, 0, h(10, 0, 993)),
 			},
 			checks: []check{
-				{4, opAvailable(t0+500, 0), 0},
-				{4, opWakeAt(t0+500, 0), t0 + 1010},
+				{4, opAvailable(t0 + 500), 0},
+				{4, opWakeAt(t0 + 500), t0 + 1010},
 			},
 		},
 		{
@@ -389,8 +387,8 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: t0 + 100, Window: 1000, Sliding: true},
 			steps: []op{opLimited(t0, 2010, nil, 0)},
 			checks: []check{
-				{1, opAvailable(t0+2000, 0), 0},
-				{1, opWakeAt(t0, 0), t0 + 2010},
+				{1, opAvailable(t0 + 2000), 0},
+				{1, opWakeAt(t0), t0 + 2010},
 			},
 		},
 		{
@@ -403,16 +401,8 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Known: true, Limit: 5, Remaining: 3, ResetAt: t0 + 100, Window: 1000},
 			steps: []op{opShared(t0, 5000)},
 			checks: []check{
-				{1, opAvailable(t0+4999, 0), 0},
-				{1, opAvailable(t0+5000, 0), 1},
-			},
-		},
-		{
-			name:  "a credential block holds every bucket",
-			start: model.Bucket{Unlimited: true},
-			checks: []check{
-				{0, opAvailable(t0, t0+1), 0},
-				{0, opWakeAt(t0, t0+500), t0 + 500},
+				{1, opAvailable(t0 + 4999), 0},
+				{1, opAvailable(t0 + 5000), 1},
 			},
 		},
 		{
@@ -425,7 +415,7 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opGiveBack()},
 			checks: []check{
-				{3, opAvailable(t0+2, 0), 1},
+				{3, opAvailable(t0 + 2), 1},
 			},
 		},
 		{
@@ -433,17 +423,17 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opUnanswered(t0 + 1500)},
 			checks: []check{
-				{3, opAvailable(t0+1100, 0), 0},
-				{3, opAvailable(t0+1500+1000+100, 0), 1},
+				{3, opAvailable(t0 + 1100), 0},
+				{3, opAvailable(t0 + 1500 + 1000 + 100), 1},
 			},
 		},
 		{
 			name:  "queued claims wait whole windows behind the ones ahead",
 			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 1000, Window: 1000, Span: 900},
 			checks: []check{
-				{0, opBound(t0, 0, 0), t0 + 1000},
-				{0, opBound(t0, 0, 2), t0 + 1900},
-				{0, opBound(t0, 0, 5), t0 + 2800},
+				{0, opBound(t0, 0), t0 + 1000},
+				{0, opBound(t0, 2), t0 + 1900},
+				{0, opBound(t0, 5), t0 + 2800},
 			},
 		},
 		{
@@ -456,14 +446,14 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+400, 0, h(5, 4, 100)),
 			},
 			checks: []check{
-				{4, opAvailable(t0+359, 0), 0},
-				{4, opAvailable(t0+360, 0), 1},
-				{5, opAvailable(t0+361, 0), 0}, // one in flight
-				{5, opWakeAt(t0+361, 0), 0},    // only its response opens it
-				{7, opAvailable(t0+709, 0), 0}, // a hold (50 + 260) after the last response
-				{7, opAvailable(t0+710, 0), 1},
-				{7, opWakeAt(t0+401, 0), t0 + 710},
-				{7, opBound(t0+401, 0, 2), t0 + 400 + 3*310},
+				{4, opAvailable(t0 + 359), 0},
+				{4, opAvailable(t0 + 360), 1},
+				{5, opAvailable(t0 + 361), 0}, // one in flight
+				{5, opWakeAt(t0 + 361), 0},    // only its response opens it
+				{7, opAvailable(t0 + 709), 0}, // a hold (50 + 260) after the last response
+				{7, opAvailable(t0 + 710), 1},
+				{7, opWakeAt(t0 + 401), t0 + 710},
+				{7, opBound(t0+401, 2), t0 + 400 + 3*310},
 				{7, opIdle(t0 + 709), 0},
 				{7, opIdle(t0 + 5000), 1},
 			},
@@ -477,7 +467,7 @@ func TestModelTransitions(t *testing.T) {
 				opLimited(t0+60, 1000, &model.Headers{Limit: 1, Remaining: 0, ResetAfter: 940, Offset: 10}, 0),
 			},
 			checks: []check{
-				{5, opBound(t0+60, 0, 0), t0 + 1060},
+				{5, opBound(t0+60, 0), t0 + 1060},
 			},
 		},
 		{
@@ -488,8 +478,8 @@ func TestModelTransitions(t *testing.T) {
 				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 50, Offset: 10}, 0),
 			},
 			checks: []check{
-				{4, opAvailable(t0+310, 0), 1},
-				{4, opBound(t0+50, 0, 3), t0 + 310},
+				{4, opAvailable(t0 + 310), 1},
+				{4, opBound(t0+50, 3), t0 + 310},
 			},
 		},
 		{
@@ -504,8 +494,8 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+3000, 0, h(10, 9, 100)),
 			},
 			checks: []check{
-				{10, opAvailable(t0+3149, 0), 0},
-				{10, opAvailable(t0+3150, 0), 1},
+				{10, opAvailable(t0 + 3149), 0},
+				{10, opAvailable(t0 + 3150), 1},
 			},
 		},
 		{
@@ -518,9 +508,9 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+3000, 0, h(10, 9, 100)),
 			},
 			checks: []check{
-				{10, opAvailable(t0+3001, 0), 1},
+				{10, opAvailable(t0 + 3001), 1},
 				{10, opTake(t0 + 3001), 0},
-				{10, opAvailable(t0+3002, 0), 1},
+				{10, opAvailable(t0 + 3002), 1},
 			},
 		},
 		{
@@ -534,9 +524,9 @@ func TestModelTransitions(t *testing.T) {
 				opTake(t0 + 651),
 			},
 			checks: []check{
-				{6, opAvailable(t0+601, 0), 0},
-				{7, opAvailable(t0+651, 0), 1},
-				{8, opAvailable(t0+652, 0), 1}, // two in flight again
+				{6, opAvailable(t0 + 601), 0},
+				{7, opAvailable(t0 + 651), 1},
+				{8, opAvailable(t0 + 652), 1}, // two in flight again
 			},
 		},
 		{
@@ -548,12 +538,12 @@ func TestModelTransitions(t *testing.T) {
 				opSeed(100),
 			},
 			checks: []check{
-				{2, opAvailable(t0+249, 0), 0},
-				{2, opAvailable(t0+250, 0), 1},
-				{3, opAvailable(t0+251, 0), 0},
-				{5, opAvailable(t0+549, 0), 0},
-				{6, opAvailable(t0+550, 0), 1},
-				{6, opWakeAt(t0+301, 0), t0 + 550},
+				{2, opAvailable(t0 + 249), 0},
+				{2, opAvailable(t0 + 250), 1},
+				{3, opAvailable(t0 + 251), 0},
+				{5, opAvailable(t0 + 549), 0},
+				{6, opAvailable(t0 + 550), 1},
+				{6, opWakeAt(t0 + 301), t0 + 550},
 			},
 		},
 		{
@@ -561,7 +551,7 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Unlimited: true},
 			steps: []op{opSeed(250), opTake(t0)},
 			checks: []check{
-				{2, opAvailable(t0, 0), 1},
+				{2, opAvailable(t0), 1},
 			},
 		},
 		{
@@ -633,7 +623,7 @@ func TestModelDifferential(t *testing.T) {
 			var o op
 			switch r := rng.IntN(100); {
 			case r < 25:
-				o = opAvailable(now, pick(rng, 0, now+int64(rng.IntN(100))))
+				o = opAvailable(now)
 			case r < 45:
 				o = opTake(now)
 				used = min(used+1, limit)
@@ -669,9 +659,9 @@ func TestModelDifferential(t *testing.T) {
 			case r < 86:
 				o = opShared(now, int64(rng.IntN(5000)))
 			case r < 92:
-				o = opWakeAt(now, pick(rng, 0, now+int64(rng.IntN(100))))
+				o = opWakeAt(now)
 			case r < 95:
-				o = opBound(now, 0, int64(rng.IntN(12)))
+				o = opBound(now, int64(rng.IntN(12)))
 			case r < 97:
 				o = opSeed(int64(rng.IntN(400)))
 			default:
@@ -681,13 +671,6 @@ func TestModelDifferential(t *testing.T) {
 			trail = append(trail, o)
 		}
 	}
-}
-
-func pick(rng *rand.Rand, a, b int64) int64 {
-	if rng.IntN(5) == 0 {
-		return b
-	}
-	return a
 }
 
 var sublimitScript = redis.NewScript(redisstore.ModelSource + `

@@ -4,7 +4,7 @@
 --
 -- KEYS (all share the credential's hash tag):
 --   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
---   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
+--   2 cred      HASH  gpause, unauth (Redis-time deadlines, ms)
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 probes    HASH  major digest -> probe requests in flight
 --   5 applied   STRING the sequence number of this process's last update applied
@@ -35,7 +35,7 @@ local APPLIED_TTL = 3600 * 1000
 --
 -- K:
 --   1 routes   HASH  route template -> learned bucket hash, or "\0"
---   2 cred     HASH  gpause, blocked, unauth
+--   2 cred     HASH  gpause, unauth
 --   3 global   ZSET  global-window entries
 --   4 dead     STRING the token-authenticated major's cooldown
 --   5 gbucket  STRING the model state of the bucket the permit was granted from
@@ -89,8 +89,8 @@ local function update(K, A)
   -- wakeOf returns in how many ms b may grant by the passing of time alone:
   -- 0 for now, -1 when only a response can open it.
   local function wakeOf(b)
-    if available(b, now, c.blocked) then return 0 end
-    local w = wakeAt(b, now, c.blocked)
+    if available(b, now) then return 0 end
+    local w = wakeAt(b, now)
     if w > 0 then return ceil(w - now) end
     return -1
   end
@@ -213,7 +213,7 @@ end
 --
 -- K:
 --   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
---   2 cred      HASH  gpause, blocked, unauth (Redis-time deadlines, ms)
+--   2 cred      HASH  gpause, unauth (Redis-time deadlines, ms)
 --   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
 --   4 dead      STRING present while a token-authenticated major is refused
 --   5 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
@@ -238,7 +238,7 @@ end
 -- Reply, always an array whose first element is the kind:
 --   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
 --      a delay > 0 reserves one slot: the request may go that much later
---   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared, 4 blocked)[, holds a ticket]}
+--   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
 --   {2, retry ms, reason (2 unauthorized, 3 webhook gone)}
 --   {3, hash}  the route is learned otherwise: call again with these keys
 local function claim(K, A)
@@ -255,7 +255,7 @@ local function claim(K, A)
   local spacing = tonumber(A[17]) or 0
 
   local c = loadCred(K[2])
-  local gpause, blocked = c.pause, c.blocked
+  local gpause = c.pause
 
   local refused = refusal(c, tokenAuth, K[4])
   if refused then return refused end
@@ -295,12 +295,9 @@ local function claim(K, A)
   -- The global window first: a claim it refuses need not read the bucket.
   local cnt, gfree, reserve = 0, 0, nil
   if isGlobal then
-    local gp = math.max(gpause, blocked)
-    if gp > now then
-      local w = ceil(gp - now)
-      local scope = 2
-      if blocked > now then scope = 4 end
-      return {1, w, w, scope}
+    if gpause > now then
+      local w = ceil(gpause - now)
+      return {1, w, w, 2}
     end
     redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
     cnt = redis.call('ZCARD', K[3])
@@ -344,11 +341,9 @@ local function claim(K, A)
   end
   seed(b, spacing)
 
-  if not available(b, now, blocked) and (now < b.pause or now < blocked) then
-    local scope = 3
-    if blocked > b.pause then scope = 4 end
-    local w = ceil(math.max(b.pause, blocked) - now)
-    return {1, w, w, scope}
+  if not available(b, now) and now < b.pause then
+    local w = ceil(b.pause - now)
+    return {1, w, w, 3}
   end
 
   -- Tickets: process queues that were refused on a learned bucket, in
@@ -388,7 +383,7 @@ local function claim(K, A)
   else
     local probe = {}
     for k, v in pairs(b) do probe[k] = v end
-    while free < want + 4 * extra + ahead and available(probe, now, blocked) do
+    while free < want + 4 * extra + ahead and available(probe, now) do
       take(probe, now)
       free = free + 1
     end
@@ -396,9 +391,9 @@ local function claim(K, A)
   local avail = free - ahead
   if avail <= 0 then
     local sleep, lower = poll, 0
-    local wk = wakeAt(b, now, blocked)
+    local wk = wakeAt(b, now)
     if wk > 0 and (free == 0 or b.remaining <= 0) then
-      lower = ceil(bound(b, now, blocked, ahead) - now)
+      lower = ceil(bound(b, now, ahead) - now)
       sleep = math.max(ceil(wk - now), lower)
       if b.sliding then
         -- One slot drips at a time: the queues ahead take the first ones.

@@ -4,11 +4,8 @@ package model
 // Times are in milliseconds.
 type Cred struct {
 	// Pause holds every request that counts against the global limit (a
-	// global 429, or a block).
+	// global 429).
 	Pause int64
-	// Blocked holds every request of the credential, global or not (a 429
-	// without rate-limit headers: a Cloudflare block).
-	Blocked int64
 	// Unauthorized refuses the credential's requests (a 401).
 	Unauthorized int64
 }

@@ -119,9 +119,8 @@ const slidingGuard = 20
 
 // Available reports whether b can grant a slot at now, refilling a fixed
 // window whose reset has passed and whose requests have all been reported.
-// blocked is the credential's block (a Cloudflare ban) deadline.
-func (b *Bucket) Available(now, blocked int64) bool {
-	if now < b.Pause || now < blocked || b.Retired {
+func (b *Bucket) Available(now int64) bool {
+	if now < b.Pause || b.Retired {
 		return false
 	}
 	if b.Unlimited {
@@ -186,8 +185,8 @@ func (b *Bucket) dripAt() (int64, bool) {
 
 // WakeAt returns when b may become available by the passing of time alone,
 // or 0 when only a response can open it.
-func (b *Bucket) WakeAt(now, blocked int64) int64 {
-	at := max(b.Pause, blocked)
+func (b *Bucket) WakeAt(now int64) int64 {
+	at := b.Pause
 	if at > now {
 		return at
 	}
@@ -454,8 +453,8 @@ func (b *Bucket) Seed(hold int64) {
 
 // Bound returns a lower bound of when a new claim on b, with ahead claims
 // queued before it, can be granted (at least now).
-func (b *Bucket) Bound(now, blocked int64, ahead int64) int64 {
-	at := max(now, b.Pause, blocked)
+func (b *Bucket) Bound(now, ahead int64) int64 {
+	at := max(now, b.Pause)
 	if b.Hold > 0 && !b.Unlimited {
 		// One at a time, each a hold after the one before.
 		at = max(at, b.HeldAt+b.Hold*(1+ahead))

@@ -32,13 +32,13 @@ func FuzzObserve(f *testing.F) {
 		if b.Pause != before.Pause {
 			t.Errorf("Observe changed the pause: %d -> %d", before.Pause, b.Pause)
 		}
-		if later < b.Pause && b.Available(later, 0) {
+		if later < b.Pause && b.Available(later) {
 			t.Errorf("Available during a pause")
 		}
 		if math.IsNaN(b.Level) || math.IsInf(b.Level, 0) {
 			t.Errorf("Level = %v", b.Level)
 		}
-		if w := b.WakeAt(later, 0); w != 0 && w < later {
+		if w := b.WakeAt(later); w != 0 && w < later {
 			t.Errorf("WakeAt(%d) = %d, in the past", later, w)
 		}
 	})
