@@ -169,15 +169,8 @@ func (g *Gates) broadcast() {
 func (g *Gates) Wait(ctx context.Context, c *store.Claim, start time.Time, done <-chan struct{}) (Ticket, error) {
 	var expired <-chan time.Time
 	g.mu.Lock()
-	g.seq++
-	seq := g.seq
-	g.waiting[seq] = c.Route
-	defer func() {
-		g.mu.Lock()
-		delete(g.waiting, seq)
-		g.broadcast() // the next in line may probe
-		g.mu.Unlock()
-	}()
+	seq, leave := g.join(g.waiting, c.Route)
+	defer leave() // the next in line may probe
 	for {
 		now := g.clk.Now()
 		ks := g.keys(c.Route)
@@ -241,34 +234,56 @@ func (g *Gates) Wait(ctx context.Context, c *store.Claim, start time.Time, done 
 			defer t.Stop()
 			expired = t.C()
 		}
-		var tc <-chan time.Time
-		var t clock.Timer
+		var d time.Duration
 		if !open {
 			// Open means an earlier claim is about to probe: its taking
 			// the probe wakes this one.
-			t = g.clk.NewTimer(max(wait, time.Millisecond))
-			tc = t.C()
+			d = max(wait, time.Millisecond)
 		}
-		var err error
-		select {
-		case <-ch:
-		case <-tc:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-c.Done:
-			err = store.ErrClosed
-		case <-done:
-			err = store.ErrClosed
-		case <-expired:
-			err = store.ErrWaitTooLong
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if err != nil {
+		if err := g.sleep(ctx, c, done, ch, d, expired); err != nil {
 			return Ticket{}, &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: g.Estimate(c.Route), Err: err}
 		}
 		g.mu.Lock()
+	}
+}
+
+// sleep waits for a change of the gates (ch), for d when positive, and
+// returns nil, or returns why the claim c waits no longer: its context
+// ended, it or the store (done) was closed, or its maximum wait expired.
+func (g *Gates) sleep(ctx context.Context, c *store.Claim, done, ch <-chan struct{}, d time.Duration, expired <-chan time.Time) error {
+	var tc <-chan time.Time
+	if d > 0 {
+		t := g.clk.NewTimer(d)
+		defer t.Stop()
+		tc = t.C()
+	}
+	select {
+	case <-ch:
+	case <-tc:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.Done:
+		return store.ErrClosed
+	case <-done:
+		return store.ErrClosed
+	case <-expired:
+		return store.ErrWaitTooLong
+	}
+	return nil
+}
+
+// join puts a claim on route in line, waiting or pacing, under a new
+// arrival number; leave takes it out and wakes the others. g.mu is held
+// for join, not for leave.
+func (g *Gates) join(line map[uint64]string, route string) (seq uint64, leave func()) {
+	g.seq++
+	seq = g.seq
+	line[seq] = route
+	return seq, func() {
+		g.mu.Lock()
+		delete(line, seq)
+		g.broadcast()
+		g.mu.Unlock()
 	}
 }
 

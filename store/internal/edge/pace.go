@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratecord/ratecord/internal/clock"
 	"github.com/ratecord/ratecord/store"
 )
 
@@ -202,15 +201,8 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 		g.mu.Unlock()
 		return nil
 	}
-	g.seq++
-	seq := g.seq
-	g.pacing[seq] = c.Route
-	defer func() {
-		g.mu.Lock()
-		delete(g.pacing, seq)
-		g.broadcast()
-		g.mu.Unlock()
-	}()
+	seq, leave := g.join(g.pacing, c.Route)
+	defer leave()
 	var expired <-chan time.Time
 	for {
 		now := g.clk.Now()
@@ -242,29 +234,7 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 			defer t.Stop()
 			expired = t.C()
 		}
-		var t clock.Timer
-		var tc <-chan time.Time
-		if wait > 0 {
-			t = g.clk.NewTimer(wait)
-			tc = t.C()
-		}
-		var err error
-		select {
-		case <-ch:
-		case <-tc:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-c.Done:
-			err = store.ErrClosed
-		case <-done:
-			err = store.ErrClosed
-		case <-expired:
-			err = store.ErrWaitTooLong
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if err != nil {
+		if err := g.sleep(ctx, &c, done, ch, wait, expired); err != nil {
 			return &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: wait, Err: err}
 		}
 		g.mu.Lock()
