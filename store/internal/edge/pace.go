@@ -86,8 +86,7 @@ type passes struct {
 
 func slotOf(t time.Time) uint32 { return uint32(t.UnixMilli() / slotWidth.Milliseconds()) }
 
-func (s *passes) add(route string, t time.Time) {
-	n := slotOf(t)
+func (s *passes) add(route string, n uint32) {
 	if r, ok := s.routes.Load(route); ok {
 		r.(*ring).add(n)
 		return

@@ -21,9 +21,11 @@ func newGates(t *testing.T) (*Gates, *clock.Fake) {
 	return g, clk
 }
 
-// pass records n requests of route that passed the edge at the clock's
-// time, then moves the clock by d.
+// pass reports n requests of route that passed the edge, claimed at the
+// clock's time (as Acquire notes the slot of each claim's arrival), then
+// moves the clock by d.
 func pass(g *Gates, clk *clock.Fake, route string, n int, d time.Duration) {
+	g.slot.Store(slotOf(clk.Now()))
 	for range n {
 		g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 200})
 	}
@@ -51,6 +53,26 @@ func TestPassesCountTheLastWindow(t *testing.T) {
 	pass(g, clk, route, 2, 0)
 	if got := g.passed.count(route, clk.Now()); got != 2 {
 		t.Errorf("count after the ring turned over = %d; want 2", got)
+	}
+}
+
+// TestAcquireDatesPasses: a response is counted in the slot of the latest
+// claim's arrival.
+func TestAcquireDatesPasses(t *testing.T) {
+	g, clk := newGates(t)
+	clk.Advance(time.Hour)
+	c := store.Claim{Route: route}
+	r, err := g.Acquire(context.Background(), c, clk.Now(), nil, func(store.Claim) (*store.Reservation, error) {
+		return &store.Reservation{}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Settle(r, &c, &store.Update{Sent: true, Status: 200})
+	g.Settle(r, &c, &store.Update{Sent: true, Status: 0}) // no answer: not counted
+	g.Settle(r, &c, &store.Update{Sent: false})           // not sent: not counted
+	if got := g.passed.count(route, clk.Now()); got != 1 {
+		t.Errorf("count after one answered request = %d; want 1", got)
 	}
 }
 
