@@ -25,7 +25,7 @@ type subKey struct {
 // until end after a 429 (until, and as long again).
 type sublimit struct {
 	until, end int64
-	busy       bool          // a request of the kind is out, sent after until
+	busy       bool          // a request of the kind is out: the turn is taken
 	line       []*subWaiter  // the claims waiting for their turn, in arrival order
 	changed    chan struct{} // closed, and replaced, when busy or line changes
 }

@@ -103,6 +103,8 @@ type Gates struct {
 	pacing map[uint64]string // arrival number -> route of the claims waiting for a pace
 	passed passes            // what passed the edge lately
 	slot   atomic.Uint32     // the slot (see slotWidth) of the latest claim's arrival
+	// paceSweep is when the next pace runs out (zero: none).
+	paceSweep time.Time
 }
 
 // New returns the gates of a store that pauses first after a block, at most

@@ -155,6 +155,9 @@ func (g *Gates) learn(key string, now time.Time) {
 		g.paces[key] = p
 	}
 	p.every, p.until, p.tried = every, now.Add(PaceMemory), false
+	if g.paceSweep.IsZero() || p.until.Before(g.paceSweep) {
+		g.paceSweep = p.until
+	}
 	g.broadcast()
 }
 
@@ -170,20 +173,25 @@ func (g *Gates) Pace(key string) time.Duration {
 }
 
 // paced returns the paces that hold a claim on route; g.mu is held. It
-// forgets the paces whose memory ran out.
+// forgets the paces whose memory ran out, of every route: a store whose
+// paces are gone takes the fast path again.
 func (g *Gates) paced(route string, now time.Time) []*pace {
+	if !g.paceSweep.IsZero() && !now.Before(g.paceSweep) {
+		g.paceSweep = time.Time{}
+		for k, p := range g.paces {
+			if !now.Before(p.until) {
+				delete(g.paces, k)
+			} else if g.paceSweep.IsZero() || p.until.Before(g.paceSweep) {
+				g.paceSweep = p.until
+			}
+		}
+		g.broadcast()
+	}
 	var ps []*pace
 	for _, k := range [2]string{All, route} {
-		p := g.paces[k]
-		if p == nil {
-			continue
+		if p := g.paces[k]; p != nil {
+			ps = append(ps, p)
 		}
-		if !now.Before(p.until) {
-			delete(g.paces, k)
-			g.broadcast()
-			continue
-		}
-		ps = append(ps, p)
 	}
 	return ps
 }
@@ -222,6 +230,10 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 		wait := max(at.Sub(now), 0)
 		ch := g.changed
 		g.mu.Unlock()
+		if c.NoWait {
+			// Not at once: the pace, or a claim ahead in its line, holds it.
+			return &store.WaitError{Scope: store.ScopeBlocked, RetryAfter: max(wait, 1), Err: store.ErrWaitTooLong}
+		}
 		if maxWait > 0 {
 			c.MaxWait = max(maxWait-now.Sub(start), 1)
 		}

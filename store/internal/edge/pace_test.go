@@ -228,3 +228,23 @@ func TestPacesBounded(t *testing.T) {
 		t.Errorf("%d paces kept (the store's: %v); want at most %d routes, then the whole store paced", n, all, maxPaces)
 	}
 }
+
+// TestPacesOfOtherRoutesForgotten: once every pace ran out, the store
+// takes the fast path again, whatever route comes next.
+func TestPacesOfOtherRoutesForgotten(t *testing.T) {
+	g, clk := newGates(t)
+	other := "GET /users/@me"
+	pass(g, clk, other, 8, 0)
+	block(g, other)
+	g.mu.Lock()
+	clear(g.gates)
+	g.broadcast()
+	g.mu.Unlock()
+	clk.Advance(PaceMemory)
+	if err := g.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if g.Active() {
+		t.Error("Active after every pace ran out; want the fast path")
+	}
+}
