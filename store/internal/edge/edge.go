@@ -499,8 +499,8 @@ func (g *Gates) block(route string, u *store.Update, probed []string, id string)
 	}
 	now := g.clk.Now()
 	gt := g.gates[key]
-	strike, probeBlocked := gt == nil, false
-	if gt == nil {
+	fresh, probeBlocked := gt == nil, false
+	if fresh {
 		gt = &gate{}
 		g.gates[key] = gt
 	}
@@ -510,7 +510,7 @@ func (g *Gates) block(route string, u *store.Update, probed []string, id string)
 			p.probeTo, p.probeID, p.prober = time.Time{}, "", nil
 		}
 	}
-	strike = strike || probeBlocked
+	strike := fresh || probeBlocked
 	if strike {
 		gt.strikes++
 		g.learn(key, now)

@@ -144,7 +144,7 @@ func (g *Gates) learn(key string, now time.Time) {
 			return
 		}
 		// Blocked while paced: the pace was too loose.
-		every = max(p.every, min(2*p.every, max(g.max, PaceWindow)))
+		every = min(2*p.every, max(g.max, PaceWindow, p.every))
 	} else if n == 0 {
 		// Nothing of this process passed there: it has nothing to learn,
 		// and pacing it would hold back a process that just started.
@@ -161,9 +161,9 @@ func (g *Gates) learn(key string, now time.Time) {
 	g.broadcast()
 }
 
-// Pace returns the pace of key: one request per the returned interval, 0
-// when key is not paced. It is for tests and telemetry.
-func (g *Gates) Pace(key string) time.Duration {
+// paceOf returns the pace of key: one request per the returned interval,
+// 0 when key is not paced.
+func (g *Gates) paceOf(key string) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p := g.paces[key]; p != nil && g.clk.Now().Before(p.until) {

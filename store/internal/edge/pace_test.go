@@ -94,16 +94,16 @@ func TestBlockLearnsAPace(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 20, 10*time.Millisecond)
 	block(g, route)
-	if got, want := g.Pace(route), 67*time.Millisecond; got != want {
+	if got, want := g.paceOf(route), 67*time.Millisecond; got != want {
 		t.Errorf("Pace after 20 passed = %v; want %v (15 per second, rounded up to the millisecond)", got, want)
 	}
 	// More blocks of the same episode, before the pace let anything out,
 	// change nothing.
 	block(g, route)
-	if got := g.Pace(route); got != 67*time.Millisecond {
+	if got := g.paceOf(route); got != 67*time.Millisecond {
 		t.Errorf("Pace after a second block response of the same episode = %v; want it unchanged", got)
 	}
-	if g.Pace("GET /users/@me") != 0 || g.Pace(All) != 0 {
+	if g.paceOf("GET /users/@me") != 0 || g.paceOf(All) != 0 {
 		t.Error("a block of one route paced others")
 	}
 }
@@ -123,7 +123,7 @@ func TestBlockWhilePacedHalvesTheRate(t *testing.T) {
 	}
 	pass(g, clk, route, 1, 0)
 	block(g, route)
-	if got, want := g.Pace(route), 334*time.Millisecond; got != want {
+	if got, want := g.paceOf(route), 334*time.Millisecond; got != want {
 		t.Errorf("Pace after a block under a pace of %v = %v; want %v", 167*time.Millisecond, got, want)
 	}
 }
@@ -131,7 +131,7 @@ func TestBlockWhilePacedHalvesTheRate(t *testing.T) {
 func TestNothingPassedLearnsNoPace(t *testing.T) {
 	g, _ := newGates(t)
 	block(g, route)
-	if got := g.Pace(route); got != 0 {
+	if got := g.paceOf(route); got != 0 {
 		t.Errorf("Pace after a block with nothing passed = %v; want none", got)
 	}
 }
@@ -141,7 +141,7 @@ func TestPaceForgotten(t *testing.T) {
 	pass(g, clk, route, 8, 0)
 	block(g, route)
 	clk.Advance(PaceMemory)
-	if got := g.Pace(route); got != 0 {
+	if got := g.paceOf(route); got != 0 {
 		t.Errorf("Pace after PaceMemory = %v; want it forgotten", got)
 	}
 	g.mu.Lock()
