@@ -60,10 +60,11 @@ type renameKey struct {
 	channel string // channels/{id}
 }
 
-// renameTold is a sublimit 429 sent to a credential: when it reached the
-// client and when its retry_after ran out.
+// renameTold is a sublimit 429 sent to a credential: when it reached which
+// process of the client, and when its retry_after ran out.
 type renameTold struct {
-	delivered, end time.Time
+	reached
+	end time.Time
 }
 
 // maxRenameTold bounds the sublimit 429s remembered per credential and
@@ -171,8 +172,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 			if b.Claim.claims() {
 				res.avoidable = s.toldByClaim(&res, q, b, now, back)
 			} else {
-				at, told := s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}]
-				res.avoidable = told && !at.After(q.sent)
+				res.avoidable = s.knewAny(s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}], q)
 			}
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
@@ -211,34 +211,28 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 
 // toldByClaim reports whether a bucket whose headers make a claim had
 // already refused the credential on the same major parameter with a 429
-// that reached the client before q was sent: headers that claim room the
-// bucket does not have are no excuse for repeating a 429. It remembers this
-// 429's arrival at the client.
+// that q's process knew of when q was sent (see [Server.knew]): headers that
+// claim room the bucket does not have are no excuse for repeating a 429. It
+// remembers this 429's arrival at q's process.
 func (s *Server) toldByClaim(res *result, q *request, b Bucket, now time.Time, back time.Duration) bool {
 	key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
-	at, told := s.claimTold[key]
-	if arrives := now.Add(back); !told || arrives.Before(at) {
-		s.claimTold[key] = arrives
-		res.delivered = append(res.delivered, func(t time.Time) {
-			if s.claimTold[key] == arrives && t.After(arrives) {
-				s.claimTold[key] = t
-			}
-		})
-	}
-	return told && !at.After(q.sent)
+	told := s.claimTold[key]
+	avoidable := s.knewAny(told, q)
+	told.add(res, q.process, now.Add(back))
+	s.claimTold[key] = told
+	return avoidable
 }
 
 // toldOfRename reports whether a rename refused by the hidden sublimit was
-// sent after an earlier sublimit 429 on the same channel had reached the
-// credential (a reaction time before) and before that 429's retry_after
-// had run out. It remembers
-// this 429, whose retry_after is wait.
+// sent after q's process knew of an earlier sublimit 429 on the same channel
+// to the same credential (see [Server.knew]) and before that 429's
+// retry_after had run out. It remembers this 429, whose retry_after is wait.
 func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait time.Duration) bool {
 	key := renameKey{cred: q.cred, channel: q.resource}
 	told := s.renameTold[key]
 	avoidable := false
 	for _, t := range told {
-		if !t.delivered.Add(reaction).After(q.sent) && q.sent.Before(t.end) {
+		if s.knew(t.reached, q) && q.sent.Before(t.end) {
 			avoidable = true
 			break
 		}
@@ -246,15 +240,9 @@ func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait
 	if len(told) >= maxRenameTold {
 		told = append(told[:0], told[1:]...)
 	}
-	arrives := now.Add(back)
-	s.renameTold[key] = append(told, renameTold{delivered: arrives, end: now.Add(wait)})
-	res.delivered = append(res.delivered, func(t time.Time) {
-		for i, x := range s.renameTold[key] {
-			if x.delivered == arrives && t.After(arrives) {
-				s.renameTold[key][i].delivered = t
-			}
-		}
-	})
+	t := &renameTold{reached: reached{at: now.Add(back), by: q.process}, end: now.Add(wait)}
+	s.renameTold[key] = append(told, t)
+	onWrite(res, &t.reached)
 	return avoidable
 }
 
@@ -291,7 +279,8 @@ func (s *Server) takeShared(q *request, now time.Time) (ok bool, wait, retry tim
 }
 
 // announce puts a bucket's headers on a response and remembers when they
-// reach the credential, for telling avoidable 429s from unavoidable ones.
+// reach the credential's process, for telling avoidable 429s from
+// unavoidable ones.
 func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits, now time.Time, back time.Duration) {
 	if c == nil {
 		return
@@ -307,15 +296,9 @@ func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits
 	}
 	res.headers = h
 	key := deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}
-	if _, ok := s.delivered[key]; !ok {
-		arrives := now.Add(back)
-		s.delivered[key] = arrives
-		res.delivered = append(res.delivered, func(t time.Time) {
-			if at, ok := s.delivered[key]; ok && at == arrives && t.After(arrives) {
-				s.delivered[key] = t
-			}
-		})
-	}
+	told := s.delivered[key]
+	told.add(res, q.process, now.Add(back))
+	s.delivered[key] = told
 }
 
 // gone sets a 404 when the request's channel or webhook was deleted.

@@ -14,13 +14,6 @@ const edgeBlockBody = `{"code": 0, "message": "You are being blocked from access
 // after a block response before it probes whether the block has ended.
 const probeGap = time.Second
 
-// reaction is how long a client is given to read a block response (or a
-// hidden sublimit's 429) before it can hold back requests it is about to
-// send: a request sent within this long after the response reached the
-// client was already on its way.
-// It is not scaled: reading a response takes as long at any time scale.
-const reaction = time.Millisecond
-
 // maxEdgeAnswers bounds the block responses an episode remembers one by
 // one; older ones are folded into one time.
 const maxEdgeAnswers = 256
@@ -64,10 +57,11 @@ type edgeKey struct {
 	limit int // index in Server.edge
 }
 
-// edgeAnswer is one block response: when its request was sent and when the
-// response reached the client.
+// edgeAnswer is one block response: when its request was sent, and when
+// the response reached which process of the client.
 type edgeAnswer struct {
-	sent, delivered time.Time
+	sent time.Time
+	reached
 }
 
 // edgeEpisode is one block of an IP by an edge limit: from the request that
@@ -75,54 +69,59 @@ type edgeAnswer struct {
 type edgeEpisode struct {
 	until   time.Time
 	answers []*edgeAnswer // oldest first
-	folded  time.Time     // the latest delivery of answers dropped from the list
+	folded  reached       // the latest delivery of answers dropped from the list; zero when none
 }
 
-// avoidable reports whether a request sent at sent, arriving during the
-// block, could have been avoided: a block response had reached the client
-// at least reaction before it was sent, and the request is not a lone probe, that is, it was
-// sent less than gap after the latest block response the client had, or
-// while an earlier request into the block was still awaiting its response.
-func (ep *edgeEpisode) avoidable(sent time.Time, gap time.Duration) bool {
-	last, told := ep.folded, !ep.folded.IsZero() && !ep.folded.After(sent)
+// edgeAvoidable reports whether q, arriving during the block, could have been
+// avoided: a block response had reached q's process before q was sent (at
+// least the reaction time before when it reached that process, at least the
+// propagation allowance before when it reached another process behind the
+// IP), and q is not a lone probe, that is, it was sent less than gap after
+// the latest block response its process knew of, or while an earlier request
+// into the block was still awaiting its response. A request awaits its
+// response until the reaction time after the response reached its process,
+// whichever process sent it: the allowance forgives a process for not yet
+// knowing a response, and does not make it wait longer for one.
+func (s *Server) edgeAvoidable(ep *edgeEpisode, q *request, gap time.Duration) bool {
+	var last time.Time
+	told := false
+	if !ep.folded.at.IsZero() && s.knew(ep.folded, q) {
+		told, last = true, ep.folded.at
+	}
 	for _, a := range ep.answers {
-		if !a.delivered.Add(reaction).After(sent) {
+		if s.knew(a.reached, q) {
 			told = true
-			if a.delivered.After(last) {
-				last = a.delivered
+			if a.at.After(last) {
+				last = a.at
 			}
 		}
 	}
 	if !told {
 		return false
 	}
-	if sent.Sub(last) < gap {
+	if q.sent.Sub(last) < gap {
 		return true
 	}
 	for _, a := range ep.answers {
-		if !a.sent.After(sent) && a.delivered.Add(reaction).After(sent) {
+		if !a.sent.After(q.sent) && a.at.Add(reaction).After(q.sent) {
 			return true
 		}
 	}
 	return false
 }
 
-// answer remembers a block response, and when it is written, the moment
-// it reached the client.
-func (ep *edgeEpisode) answer(res *result, sent, delivered time.Time) {
+// answer remembers a block response to q, planned to reach its process at
+// delivered, and moves it to the moment it is written.
+func (ep *edgeEpisode) answer(res *result, q *request, delivered time.Time) {
 	if len(ep.answers) >= maxEdgeAnswers {
-		if d := ep.answers[0].delivered; d.After(ep.folded) {
-			ep.folded = d
+		if a := ep.answers[0]; a.at.After(ep.folded.at) {
+			ep.folded = a.reached
 		}
 		ep.answers = append(ep.answers[:0], ep.answers[1:]...)
 	}
-	a := &edgeAnswer{sent: sent, delivered: delivered}
+	a := &edgeAnswer{sent: q.sent, reached: reached{at: delivered, by: q.process}}
 	ep.answers = append(ep.answers, a)
-	res.delivered = append(res.delivered, func(t time.Time) {
-		if t.After(a.delivered) {
-			a.delivered = t
-		}
-	})
+	onWrite(res, &a.reached)
 }
 
 // judgeEdge applies the edge limits to a request. It returns true when a
@@ -141,8 +140,8 @@ func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Dur
 			continue
 		}
 		res.status, res.edge = http.StatusTooManyRequests, true
-		res.avoidable = ep.avoidable(q.sent, s.scale(probeGap))
-		ep.answer(res, q.sent, now.Add(back))
+		res.avoidable = s.edgeAvoidable(ep, q, s.scale(probeGap))
+		ep.answer(res, q, now.Add(back))
 		s.edgeStrike(q.ip, i, now)
 		return true
 	}
@@ -155,7 +154,7 @@ func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Dur
 		key := counterKey{kind: kindEdge, cred: q.ip, hash: strconv.Itoa(i)}
 		if ok, _ := s.counter(key, false).check(now, s.limitsFor(key)); !ok {
 			ep := &edgeEpisode{until: now.Add(s.scale(s.edge[i].Block))}
-			ep.answer(res, q.sent, now.Add(back))
+			ep.answer(res, q, now.Add(back))
 			s.edgeBlocks[edgeKey{ip: q.ip, limit: i}] = ep
 			res.status, res.edge = http.StatusTooManyRequests, true
 			return true

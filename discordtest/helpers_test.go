@@ -140,6 +140,13 @@ type reply struct {
 // do sends one request; auth "" sends no Authorization header.
 func (h *harness) do(method, path, auth, body string) *reply {
 	h.t.Helper()
+	return h.doFrom("", method, path, auth, body)
+}
+
+// doFrom sends one request from the process named proc ([ProcessHeader]);
+// proc "" sends no process header.
+func (h *harness) doFrom(proc, method, path, auth, body string) *reply {
+	h.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -153,6 +160,9 @@ func (h *harness) do(method, path, auth, body string) *reply {
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if proc != "" {
+		req.Header.Set(ProcessHeader, proc)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {

@@ -30,6 +30,7 @@ type request struct {
 	exempt    bool     // exempt from the global limit
 	auth      string   // Authorization header, "" when absent
 	ip        string   // client IP
+	process   process  // the process that sent it: ip and ProcessHeader
 	cred      string   // counter key of the credential: "auth:"+auth or "ip:"+ip
 	renames   bool     // PATCH /channels/{id} whose body sets name or topic
 	content   string   // "content" of a JSON body
@@ -47,6 +48,7 @@ func readRequest(r *http.Request, sent time.Time) *request {
 		ip:     clientIP(r.RemoteAddr),
 		wait:   r.URL.Query().Get("wait") == "true",
 	}
+	q.process = process{ip: q.ip, name: r.Header.Get(ProcessHeader)}
 	q.major, q.majorSafe, q.resource = majorParameter(q.segs)
 	q.exempt = exemptFromGlobal(q.method, q.segs)
 	if q.auth != "" {

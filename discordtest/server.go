@@ -53,12 +53,12 @@ type Server struct {
 	deletedChannels map[string]bool
 	deletedWebhooks map[string]bool
 	counters        map[counterKey]counter
-	delivered       map[deliveredKey]time.Time // when a bucket's headers first reached a credential
-	claimTold       map[counterKey]time.Time   // when a 429 of a bucket with a Claim first reached a credential
-	renameTold      map[renameKey][]renameTold // sublimit 429s sent per credential and channel
-	edgeBlocks      map[edgeKey]*edgeEpisode   // blocks by edge limits, per client IP
-	bans            map[string]time.Time       // client IP -> end of its ban
-	seq             int64                      // snowflake sequence
+	delivered       map[deliveredKey]firstReached // when a bucket's headers first reached each process of a credential
+	claimTold       map[counterKey]firstReached   // when a 429 of a bucket with a Claim first reached each process of a credential
+	renameTold      map[renameKey][]*renameTold   // sublimit 429s sent per credential and channel
+	edgeBlocks      map[edgeKey]*edgeEpisode      // blocks by edge limits, per client IP
+	bans            map[string]time.Time          // client IP -> end of its ban
+	seq             int64                         // snowflake sequence
 	lastSweep       time.Time
 	stats           statsState
 
@@ -175,9 +175,9 @@ func newServer(opts []Option) (*Server, error) {
 		deletedChannels: idSet(cfg.deletedChan),
 		deletedWebhooks: idSet(cfg.deletedHook),
 		counters:        make(map[counterKey]counter),
-		delivered:       make(map[deliveredKey]time.Time),
-		claimTold:       make(map[counterKey]time.Time),
-		renameTold:      make(map[renameKey][]renameTold),
+		delivered:       make(map[deliveredKey]firstReached),
+		claimTold:       make(map[counterKey]firstReached),
+		renameTold:      make(map[renameKey][]*renameTold),
 		edgeBlocks:      make(map[edgeKey]*edgeEpisode),
 		bans:            make(map[string]time.Time),
 		cfg:             cfg,

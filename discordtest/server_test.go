@@ -506,7 +506,9 @@ func TestAvoidableStats(t *testing.T) {
 	for range 5 {
 		h.do("POST", "/api/v10/channels/1/messages", botA, `{}`).want(t, 200)
 	}
-	h.do("POST", "/api/v10/channels/1/messages", botA, `{}`).want(t, 429, "X-RateLimit-Scope", "user") // avoidable
+	// Sent once the client had read the headers: avoidable.
+	h.clock.Advance(time.Millisecond)
+	h.do("POST", "/api/v10/channels/1/messages", botA, `{}`).want(t, 429, "X-RateLimit-Scope", "user")
 	h.do("PATCH", "/api/v10/channels/2", botA, `{"name":"a"}`).want(t, 200)
 	h.do("PATCH", "/api/v10/channels/2", botA, `{"name":"b"}`).want(t, 200)
 	h.do("PATCH", "/api/v10/channels/2", botA, `{"name":"c"}`).want(t, 429, "X-RateLimit-Scope", "user") // hidden
@@ -541,7 +543,7 @@ func TestAvoidableStats(t *testing.T) {
 	}
 	if len(st.Log) == 13 {
 		e := st.Log[5]
-		want := LogEntry{Time: startTime(), Method: "POST", Route: "POST /channels/{channel_id}/messages", Bucket: hashMessageCreate,
+		want := LogEntry{Time: startTime().Add(time.Millisecond), Method: "POST", Route: "POST /channels/{channel_id}/messages", Bucket: hashMessageCreate,
 			Major: "channels/1", Credential: h.srv.CredentialID(botA), Status: 429, Scope: ScopeUser, Avoidable: true}
 		if e != want {
 			t.Errorf("log[5] = %+v; want %+v", e, want)
@@ -573,8 +575,8 @@ func TestFirstRequestRaceIsUnavoidable(t *testing.T) {
 	const path = "/api/v10/guilds/1/members/2"
 	h.do("PATCH", path, botA, `{}`).want(t, 200)
 	h.do("PATCH", path, botA, `{}`).want(t, 429) // sent at the same instant of the emulator's clock
-	h.clock.Advance(10 * time.Millisecond)
-	h.do("PATCH", path, botA, `{}`).want(t, 429) // sent once the first response had arrived
+	h.clock.Advance(11 * time.Millisecond)
+	h.do("PATCH", path, botA, `{}`).want(t, 429) // sent once the first response had arrived and been read
 	st := h.srv.Stats()
 	if st.Unavoidable != 1 || st.Avoidable != 1 {
 		t.Errorf("unavoidable %d avoidable %d; want 1, 1", st.Unavoidable, st.Avoidable)
@@ -820,7 +822,9 @@ func TestLimitChangeIsUnavoidableUntilAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.do("POST", post, botA, `{}`).want(t, 429, "X-RateLimit-Limit", "2", "X-RateLimit-Remaining", "0")
-	// That 429 announced the new limit: the next one was avoidable.
+	// That 429 announced the new limit: the next one, sent once the client
+	// had read it, was avoidable.
+	h.clock.Advance(time.Millisecond)
 	h.do("POST", post, botA, `{}`).want(t, 429, "X-RateLimit-Scope", "user")
 	if st := h.srv.Stats(); st.Unavoidable != 1 || st.Avoidable != 1 {
 		t.Errorf("stats unavoidable %d avoidable %d; want 1 and 1", st.Unavoidable, st.Avoidable)
@@ -834,9 +838,10 @@ func TestFirstRequestOfASharingRouteIsUnavoidable(t *testing.T) {
 		h.do("PATCH", "/api/v10/guilds/1/members/2", botA, `{}`).want(t, 200, "X-RateLimit-Bucket", hashMemberModify)
 	}
 	// The roles route shares the exhausted bucket, but the client has never
-	// been told so: its first 429 could not have been avoided; its second
-	// could.
+	// been told so: its first 429 could not have been avoided; its second,
+	// sent once the client had read the first, could.
 	h.do("PUT", "/api/v10/guilds/1/members/2/roles/3", botA, "").want(t, 429, "X-RateLimit-Bucket", hashMemberModify)
+	h.clock.Advance(time.Millisecond)
 	h.do("PUT", "/api/v10/guilds/1/members/2/roles/3", botA, "").want(t, 429, "X-RateLimit-Bucket", hashMemberModify)
 	if st := h.srv.Stats(); st.Unavoidable != 1 || st.Avoidable != 1 {
 		t.Errorf("stats unavoidable %d avoidable %d; want 1 and 1", st.Unavoidable, st.Avoidable)

@@ -11,45 +11,52 @@ import (
 // the caller owns.
 //
 // A 429 is avoidable when a client respecting the rate limits would not have
-// got it:
+// got it. Most of the rules below ask whether the request was sent knowing an
+// earlier response. A response reaches the process that sent its request
+// when the way down of the [Network] has passed and the response is written
+// ([ProcessHeader] names a client's processes; requests without it are one
+// process per client IP). A request was sent knowing it when it was sent at
+// least a millisecond later from that process (a process needs that long to
+// read a response before it can hold back a request already on its way), or
+// at least the propagation allowance later from another process of the same
+// client (5 ms by default, see [WithPropagation]; the client is the
+// credential, or for an edge limit the client IP, whatever the token). A
+// request sent sooner was already on its way: that response does not make
+// its 429 avoidable.
 //   - every 429 with scope global is avoidable, since a client can keep its
 //     credential under the global limit;
 //   - a 429 with scope user from a bucket is, unless the bucket makes a
-//     [Claim], avoidable when a response of
-//     the same route carrying that bucket's headers had reached the same
-//     credential (for any major parameter) by the time the client sent the
-//     request, and no live change of the bucket's limit has happened since.
-//     A response reaches the client when the way down of the [Network] has
-//     passed. A
-//     request sent before any such response arrived, for example one of
-//     several first requests racing for a new bucket, or the first request
-//     of a route that shares a busy bucket with routes the client knows, is
-//     unavoidable: nothing had told the client which bucket the route uses;
-//   - a 429 with scope user from a bucket with a [Claim] is avoidable when an
-//     earlier 429 of the same bucket and major parameter had reached the same
-//     credential by the time the client sent the request: its headers
-//     mislead, so the first 429 is unavoidable, but a client must not repeat
-//     one it was told about;
-//   - a 429 from the hidden sublimit is avoidable when the client sent the
-//     rename after an earlier sublimit 429 for the same channel had reached
-//     the same credential (at least a millisecond before, as for an edge
-//     block below: a rename sent sooner was already on its way) and before
-//     that 429's retry_after had run out
-//     (counted from when the emulator decided it); otherwise, as no header
-//     announces the sublimit, it is unavoidable;
+//     [Claim], avoidable when it was sent knowing a response of the same
+//     route carrying that bucket's headers to the same credential (for any
+//     major parameter), and no live change of the bucket's limit has happened
+//     since that response. A request sent before knowing any such response,
+//     for example one of several first requests racing for a new bucket, or
+//     the first request of a route that shares a busy bucket with routes the
+//     client knows, is unavoidable: nothing had told the client which bucket
+//     the route uses;
+//   - a 429 with scope user from a bucket with a [Claim] is avoidable when it
+//     was sent knowing an earlier 429 of the same bucket and major parameter
+//     to the same credential: its headers mislead, so the first 429 is
+//     unavoidable, but a client must not repeat one it was told about;
+//   - a 429 from the hidden sublimit is avoidable when the rename was sent
+//     knowing an earlier sublimit 429 for the same channel to the same
+//     credential and before that 429's retry_after had run out (counted from
+//     when the emulator decided it); otherwise, as no header announces the
+//     sublimit, it is unavoidable;
 //   - every 429 with scope shared is unavoidable;
-//   - a block response of an [EdgeLimit] is avoidable when a block response
-//     of the same episode (the same limit and client IP, whatever the token)
-//     had reached the client before the request was sent (at least a
-//     millisecond before: a client needs a moment to read a response before
-//     it can hold back requests already on their way), unless the request
-//     is a lone probe: sent at least one second (times the time scale) after
-//     the latest block response that had reached the client, with no earlier
-//     request of that IP into the block still awaiting its response. The
-//     first block response of an episode, and requests sent before any block
-//     response reached the client, are unavoidable. Of two requests in flight
-//     into a block at once, the one that reached the emulator second is
-//     judged against the first, not the other way round.
+//   - a block response of an [EdgeLimit] is avoidable when the request was
+//     sent knowing a block response of the same episode (the same limit and
+//     client IP, whatever the token or process), unless the request is a
+//     lone probe: sent at least one second (times the time scale) after the
+//     latest block response it knew, with no earlier request of that IP
+//     into the block still awaiting its response (until a millisecond after
+//     the response reached its process, whichever process sent it: the
+//     allowance forgives a process for not yet knowing a response, it does
+//     not stretch another's request in flight). The first block response of
+//     an episode, and requests sent before knowing any block response, are
+//     unavoidable. Of two requests in flight into a block at once, the one
+//     that reached the emulator second is judged against the first, not the
+//     other way round.
 //
 // Cloudflare bans are counted in BannedResponses and in ByStatus, not as
 // avoidable or unavoidable 429s. Edge blocks are counted in EdgeBlocks, in

@@ -151,6 +151,7 @@ func TestClaimedHeaders(t *testing.T) {
 	if retry, _, _ := r.rateLimitBody(t); retry != 0.25 {
 		t.Errorf("retry_after = %v; want the real wait, 0.25", retry)
 	}
+	h.clock.Advance(time.Millisecond)                    // the client has read it
 	h.do("PUT", path, botA, "").want(t, 429, claimed...) // a repeat: avoidable
 	h.clock.Advance(250 * time.Millisecond)
 	h.do("PUT", path, botA, "").want(t, 204, claimed...)
