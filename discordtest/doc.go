@@ -66,6 +66,16 @@
 // not, bans, successes per bucket, and a log of recent requests with tokens
 // redacted.
 //
+// A 429 counts as avoidable only when the client could have known it was
+// coming: a response that told it so had reached the process that sent the
+// request at least a millisecond before the request was sent, or another
+// process of the same client (the same credential; for an edge limit, the
+// same client IP) at least 5 ms before, the time a bot's processes are given
+// to share what they learn, through Redis say ([WithPropagation] changes
+// it). A client names its processes with the [ProcessHeader] request header;
+// requests without it are one process per client IP. See [Stats] for the
+// rule of each limit.
+//
 // The emulator listens only on loopback addresses. Its memory is bounded: a
 // counter that has fully reset is dropped.
 package discordtest
