@@ -55,7 +55,9 @@ func policy(cfg ClientConfig) store.Policy {
 // With -redis (or -redis-cluster), ratecord runs twice: as ratecord-redis,
 // whose processes share a redisstore.Store with a key prefix unique to the
 // scenario run, and as ratecord-mem, with a memory store per process; the
-// table then shows Redis commands per request for ratecord-redis.
+// table then shows for ratecord-redis the Redis commands sent and executed
+// per 2xx, Redis CPU per 2xx and per second, and the 2xx per second one
+// Redis core would carry.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -188,12 +190,29 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 					r.Scenario, r.Limiter, r.Overtaken)
 			}
 		}
+		storeFooter(stdout, rows)
 		fmt.Fprintln(stdout)
 	}
 	if *check {
 		return Check(rs)
 	}
 	return nil
+}
+
+// storeFooter explains the store columns of the table, if any row has
+// them, with the server's idle rate.
+func storeFooter(w io.Writer, rows []Row) {
+	for _, r := range rows {
+		if r.StoreSeconds <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nRedis (%s): sent/2xx = commands the clients sent (go-redis hook, every worker) per 2xx the emulator answered;"+
+			" exec/2xx = commands Redis executed (INFO commandstats calls, script-run commands included, the measurement's INFO not) per 2xx;"+
+			"\ncpu µs/2xx and cpu ms/s = Redis CPU (INFO cpu, sys + user) during the run less its idle rate, %.3f ms/s measured over %.0fs before the first run;"+
+			" 2xx/s/core = 2xx per second / Redis CPU seconds per second.",
+			r.Limiter, r.StoreIdleRate, idleSpan.Seconds())
+		return
+	}
 }
 
 // describe says what a network profile is, for the table's footer.
