@@ -115,26 +115,48 @@ type Env struct {
 	API string
 	// Client sends requests.
 	Client Client
-	// Part and Parts split the load between processes: a process runs its
-	// share of the goroutines.
+	// Part and Parts number the workers of the run (processes, or with
+	// [Options].Workers goroutine groups of one process): this is worker
+	// Part of Parts.
 	Part, Parts int
-	rec         *recorder
+	// perWorker, when positive, is the most goroutines a worker runs per
+	// load group ([Options].Goroutines); zero splits each group between
+	// the processes.
+	perWorker int
+	rec       *recorder
 }
 
-// Goroutines runs n goroutines of f, this process's share of them, until
-// ctx ends.
+// Goroutines runs goroutines of f until ctx ends: with processes, this
+// process's share of n; with workers ([Options].Workers), min(n, G) of them
+// for G goroutines per worker, so that the load grows with the workers. The
+// index g passed to f is unique across the workers of the run.
 func (e *Env) Goroutines(ctx context.Context, n int, f func(ctx context.Context, g int)) {
 	var wg sync.WaitGroup
-	for g := e.Part; g < n; g += e.Parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, g := range e.indexes(n) {
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				f(ctx, g)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// indexes returns the goroutine indexes this worker runs of a load group
+// of n: Part, Part+Parts, ... below n with processes; Part*G to
+// Part*G+min(n, G)-1 with workers of G goroutines.
+func (e *Env) indexes(n int) []int {
+	var gs []int
+	if e.perWorker > 0 {
+		for j := range min(n, e.perWorker) {
+			gs = append(gs, e.Part*e.perWorker+j)
+		}
+		return gs
+	}
+	for g := e.Part; g < n; g += max(e.Parts, 1) {
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // Rename sends a rename of channel path ("/channels/{id}"), numbered in the
@@ -208,6 +230,11 @@ type Result struct {
 	Run     int    `json:"run,omitempty"`
 	Latency string `json:"latency,omitempty"`
 	Procs   int    `json:"procs"`
+	// Workers, with [Options].Workers, is how many workers ran in one
+	// process, each with its own client, running at most Goroutines
+	// goroutines per load group; Procs is then 1.
+	Workers    int `json:"workers,omitempty"`
+	Goroutines int `json:"goroutines_per_group,omitempty"`
 	// Seconds is the span measured: from the first counted success's
 	// arrival (Warmup seconds into the run) to the end of the run.
 	Seconds      float64 `json:"seconds"`
@@ -289,6 +316,15 @@ type Result struct {
 type Options struct {
 	Duration time.Duration
 	Procs    int
+	// Workers, if positive, runs the load as that many workers in this
+	// process instead of Procs processes: each worker gets its own client
+	// from the limiter (for ratecord-redis its own Redis client and
+	// connection pool, store and ratecord transport) and its own HTTP
+	// transport, as a process would, and runs at most Goroutines (at least
+	// 1) goroutines of every load group, so that the load grows with the
+	// workers.
+	Workers    int
+	Goroutines int
 	// Network is the latency between clients and the emulator, named
 	// Latency in the results; the zero Network has none.
 	Network discordtest.Network
@@ -324,7 +360,7 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 		for _, lim := range limiters {
 			for i := 1; i <= repeat; i++ {
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %d proc(s), %v ...", sc.Name, lim.Name, i, repeat, max(o.Procs, 1), max(o.Duration, sc.MinDuration))
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), max(o.Duration, sc.MinDuration))
 				}
 				start := time.Now()
 				r, err := runOne(ctx, sc, lim, o, probes[lim.Name])
@@ -343,6 +379,14 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 		}
 	}
 	return out, nil
+}
+
+// describeLoad says how the load is run, for the progress lines.
+func (o Options) describeLoad() string {
+	if o.Workers > 0 {
+		return fmt.Sprintf("%d workers of ≤%d goroutines", o.Workers, max(o.Goroutines, 1))
+	}
+	return fmt.Sprintf("%d proc(s)", max(o.Procs, 1))
 }
 
 // probed is an open probe of a limiter's store and the server's idle rate,
@@ -427,9 +471,19 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		wg.Add(1)
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
 	}
-	if procs == 1 || o.Spawn == nil {
+	switch {
+	case o.Workers > 0:
+		procs = 1
+		for w := range o.Workers {
+			wg.Go(func() {
+				own := &recorder{}
+				runLoad(runCtx, run, sc, lim, srv.URL(), w, o.Workers, max(o.Goroutines, 1), own)
+				rec.merge(own.report())
+			})
+		}
+	case procs == 1 || o.Spawn == nil:
 		RunLoad(runCtx, run, sc, lim, srv.URL(), 0, 1, rec)
-	} else {
+	default:
 		for p := 0; p < procs; p++ {
 			wg.Add(1)
 			go func() {
@@ -461,6 +515,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	st := srv.Stats()
 	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
 	r.Latency = o.Latency
+	if o.Workers > 0 {
+		r.Workers, r.Goroutines = o.Workers, max(o.Goroutines, 1)
+	}
 	if probe != nil {
 		if cpu, idle, calls, ok := storeDelta(before, after, span, probe.idle); ok {
 			r.StoreCPU, r.StoreIdleCPU, r.StoreExecuted, r.StoreSeconds = cpu, idle, calls, span.Seconds()
@@ -497,14 +554,22 @@ func runID(scenario, limiter string) string {
 // the emulator at url until ctx ends, recording deadline overshoots and
 // store commands in rec (which may be nil).
 func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts int, rec *recorder) {
+	runLoad(ctx, run, sc, lim, url, part, parts, 0, rec)
+}
+
+// runLoad runs the load of worker part of parts, a process (perWorker 0)
+// or a goroutine group of at most perWorker goroutines per load group, with
+// a client and an HTTP transport of its own. Every request it sends carries
+// its number in processHeader.
+func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts, perWorker int, rec *recorder) {
 	if rec == nil {
 		rec = &recorder{}
 	}
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	base := &orderTransport{next: tr, book: &rec.order}
+	base := &orderTransport{next: &processTransport{next: tr, worker: strconv.Itoa(part)}, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
-	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
+	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
 	sc.Load(ctx, env)
 	// Closed before the commands are counted: what closing sends is in
 	// the count, as it is in the server's.
@@ -541,11 +606,7 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 	defer cancel()
 	rec := &recorder{}
 	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
-	rec.mu.Lock()
-	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), Waits: append([]time.Duration(nil), rec.waits...),
-		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors, Overtaken: rec.order.count() + rec.overtaken}
-	rec.mu.Unlock()
-	return json.NewEncoder(w).Encode(rep)
+	return json.NewEncoder(w).Encode(rec.report())
 }
 
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
@@ -648,6 +709,14 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.counted = r.counted || rep.Counted
 }
 
+// report is what a worker tells the process that owns the emulator.
+func (r *recorder) report() WorkerReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
+		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Overtaken: r.order.count() + r.overtaken}
+}
+
 func (r *recorder) add(d time.Duration) {
 	r.mu.Lock()
 	r.over = append(r.over, d)
@@ -714,7 +783,7 @@ func (w *Row) aggregate() {
 	runs := w.PerRun
 	n := float64(len(runs))
 	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
-		DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate}
+		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate}
 	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
 	for _, r := range runs {
 		a.Seconds += r.Seconds
@@ -795,7 +864,8 @@ func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p 
 // column of the lowest utilization of a run follows. When a row has a
 // shared store, columns of its cost follow: Redis commands sent and
 // executed per 2xx, Redis CPU per 2xx and per second, and the 2xx per
-// second one Redis core would carry (see [Result]).
+// second one Redis core would carry (see [Result]). The procs column reads
+// "16w" for 16 workers in one process ([Options].Workers).
 func PrintTable(w io.Writer, rows []Row) {
 	store, repeated := false, false
 	for _, r := range rows {
@@ -821,7 +891,11 @@ func PrintTable(w io.Writer, rows []Row) {
 		if r.OverN > 0 {
 			dl = fmt.Sprintf("%.1f/%.1f", r.OverP99, r.OverMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t", r.Scenario, r.Limiter, r.Procs)
+		procs := strconv.Itoa(r.Procs)
+		if r.Workers > 0 {
+			procs = strconv.Itoa(r.Workers) + "w"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t", r.Scenario, r.Limiter, procs)
 		if repeated {
 			fmt.Fprintf(tw, "%d\t", r.Runs)
 		}

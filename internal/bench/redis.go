@@ -72,9 +72,15 @@ func RatecordMemory() Limiter {
 	return l
 }
 
+// redisClient is a ratecord-redis client: its own Redis client (and so
+// its own connection pool), store and ratecord transport, as a process of
+// its own would have.
 type redisClient struct {
 	HTTPClient
-	hook *rediscount.Hook
+	hook  *rediscount.Hook
+	rdb   redis.UniversalClient
+	store *redisstore.Store
+	tr    *ratecord.Transport
 }
 
 func (c *redisClient) StoreCommands() int64 { return c.hook.Commands.Load() }
@@ -91,7 +97,10 @@ func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Cl
 			s.Close()
 			return rdb.Close()
 		}},
-		hook: hook,
+		hook:  hook,
+		rdb:   rdb,
+		store: s,
+		tr:    tr,
 	}
 }
 
