@@ -271,6 +271,10 @@ type Result struct {
 	WaitP99 float64 `json:"interactive_wait_p99_ms,omitempty"`
 	WaitN   int     `json:"interactive_requests,omitempty"`
 	Errors  int     `json:"client_errors"`
+	// Refused counts the requests the limiter refused at once for a reason
+	// the scenario expects (a caller that will not wait, a webhook known to
+	// be gone); they are not in Errors.
+	Refused int `json:"refused,omitempty"`
 	// All2xx counts every 2xx the emulator answered in the run, counted or
 	// not: the figures per 2xx below divide by it.
 	All2xx int `json:"all_2xx"`
@@ -593,8 +597,10 @@ type WorkerReport struct {
 	// reports whether the limiter has one.
 	StoreCommands int64 `json:"store_commands"`
 	Counted       bool  `json:"counted"`
-	// Errors counts requests that got no response.
-	Errors int `json:"errors"`
+	// Errors counts requests that got no response; Refused those the
+	// limiter refused as the scenario expects.
+	Errors  int `json:"errors"`
+	Refused int `json:"refused,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
 }
@@ -660,7 +666,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 	if r.WaitN = len(r.waits); r.WaitN > 0 {
 		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
 	}
-	r.Errors = rec.errors
+	r.Errors, r.Refused = rec.errors, rec.refused
 	r.Overtaken = rec.order.count() + rec.overtaken
 	if rec.counted {
 		r.StoreCommands = rec.commands
@@ -689,6 +695,7 @@ type recorder struct {
 	over     []time.Duration
 	waits    []time.Duration
 	errors   int
+	refused  int
 	commands int64
 	counted  bool
 	// overtaken adds up the overtaken renames of worker processes; order
@@ -704,6 +711,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.over = append(r.over, rep.Overshoots...)
 	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
+	r.refused += rep.Refused
 	r.overtaken += rep.Overtaken
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
@@ -714,7 +722,7 @@ func (r *recorder) report() WorkerReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
-		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Overtaken: r.order.count() + r.overtaken}
+		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Overtaken: r.order.count() + r.overtaken}
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -803,6 +811,7 @@ func (w *Row) aggregate() {
 		a.Bans += r.Bans
 		a.Banned += r.Banned
 		a.Errors += r.Errors
+		a.Refused += r.Refused
 		a.Overtaken += r.Overtaken
 		a.All2xx += r.All2xx
 		a.StoreCommands += r.StoreCommands

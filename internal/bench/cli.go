@@ -216,6 +216,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 				fmt.Fprintf(stdout, "\n%s/%s: %d renames sent to Discord while a rename issued earlier (by 1 ms or more, same process) still waited.",
 					r.Scenario, r.Limiter, r.Overtaken)
 			}
+			if r.Refused > 0 {
+				fmt.Fprintf(stdout, "\n%s/%s: %d requests refused at once by the limiter, as the scenario expects (%.0f/s).",
+					r.Scenario, r.Limiter, r.Refused, float64(r.Refused)/max(r.Seconds+r.Warmup*float64(r.Runs), 1e-9))
+			}
 		}
 		storeFooter(stdout, rows)
 		fmt.Fprintln(stdout)
