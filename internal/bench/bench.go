@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -38,9 +39,10 @@ type Limiter struct {
 	// Cleanup, if set, is called with the run's id once the run ended, in
 	// the process that owns the emulator.
 	Cleanup func(run string)
-	// ServerCPU, if set, returns the CPU time the limiter's shared store
-	// (Redis) has used so far, read before and after each run.
-	ServerCPU func(ctx context.Context) (time.Duration, error)
+	// Probe, if set, opens a reader of the counters of the server of the
+	// limiter's shared store (Redis), read before and after each run; [Run]
+	// opens it once and closes it when it returns.
+	Probe func(ctx context.Context) (StoreProbe, error)
 }
 
 // ClientConfig is what a scenario run tells the limiter it makes a client
@@ -113,26 +115,48 @@ type Env struct {
 	API string
 	// Client sends requests.
 	Client Client
-	// Part and Parts split the load between processes: a process runs its
-	// share of the goroutines.
+	// Part and Parts number the workers of the run (processes, or with
+	// [Options].Workers goroutine groups of one process): this is worker
+	// Part of Parts.
 	Part, Parts int
-	rec         *recorder
+	// perWorker, when positive, is the most goroutines a worker runs per
+	// load group ([Options].Goroutines); zero splits each group between
+	// the processes.
+	perWorker int
+	rec       *recorder
 }
 
-// Goroutines runs n goroutines of f, this process's share of them, until
-// ctx ends.
+// Goroutines runs goroutines of f until ctx ends: with processes, this
+// process's share of n; with workers ([Options].Workers), min(n, G) of them
+// for G goroutines per worker, so that the load grows with the workers. The
+// index g passed to f is unique across the workers of the run.
 func (e *Env) Goroutines(ctx context.Context, n int, f func(ctx context.Context, g int)) {
 	var wg sync.WaitGroup
-	for g := e.Part; g < n; g += e.Parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, g := range e.indexes(n) {
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				f(ctx, g)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// indexes returns the goroutine indexes this worker runs of a load group
+// of n: Part, Part+Parts, ... below n with processes; Part*G to
+// Part*G+min(n, G)-1 with workers of G goroutines.
+func (e *Env) indexes(n int) []int {
+	var gs []int
+	if e.perWorker > 0 {
+		for j := range min(n, e.perWorker) {
+			gs = append(gs, e.Part*e.perWorker+j)
+		}
+		return gs
+	}
+	for g := e.Part; g < n; g += max(e.Parts, 1) {
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // Rename sends a rename of channel path ("/channels/{id}"), numbered in the
@@ -206,6 +230,11 @@ type Result struct {
 	Run     int    `json:"run,omitempty"`
 	Latency string `json:"latency,omitempty"`
 	Procs   int    `json:"procs"`
+	// Workers, with [Options].Workers, is how many workers ran in one
+	// process, each with its own client, running at most Goroutines
+	// goroutines per load group; Procs is then 1.
+	Workers    int `json:"workers,omitempty"`
+	Goroutines int `json:"goroutines_per_group,omitempty"`
 	// Seconds is the span measured: from the first counted success's
 	// arrival (Warmup seconds into the run) to the end of the run.
 	Seconds      float64 `json:"seconds"`
@@ -242,17 +271,45 @@ type Result struct {
 	WaitP99 float64 `json:"interactive_wait_p99_ms,omitempty"`
 	WaitN   int     `json:"interactive_requests,omitempty"`
 	Errors  int     `json:"client_errors"`
-	// StoreCommands counts the commands every process sent to a shared
-	// store (Redis), and StorePerRequest divides them by Requests; both
-	// are zero for limiters without one.
+	// Refused counts the requests the limiter refused at once for a reason
+	// the scenario expects (a caller that will not wait, a webhook known to
+	// be gone); they are not in Errors.
+	Refused int `json:"refused,omitempty"`
+	// All2xx counts every 2xx the emulator answered in the run, counted or
+	// not: the figures per 2xx below divide by it.
+	All2xx int `json:"all_2xx"`
+	// StoreCommands counts the commands every worker sent to a shared
+	// store (Redis), from the go-redis hook of each client, and
+	// StorePerRequest divides them by Requests; both are zero for limiters
+	// without one.
 	StoreCommands   int64   `json:"redis_commands,omitempty"`
 	StorePerRequest float64 `json:"redis_commands_per_request,omitempty"`
+	// StoreExecuted counts the commands the store's server executed during
+	// the run, from INFO commandstats: the commands Lua scripts run
+	// included, the measurement's own INFO not.
+	StoreExecuted int64 `json:"redis_commands_executed,omitempty"`
 	// StoreCPU is the CPU time the shared store's server used during the
-	// run (user and system, every process of the server; a cluster's
+	// run (user and system, every thread of the server; a cluster's
 	// masters added up), and StoreCPUPerRequest that time in microseconds
-	// divided by Requests.
+	// divided by Requests. StoreIdleCPU is the share of StoreCPU an idle
+	// server would have used (StoreIdleRate, in ms per second, times
+	// StoreSeconds, the time between the readings before and after the
+	// run); the figures below count StoreCPU less StoreIdleCPU.
 	StoreCPU           time.Duration `json:"redis_cpu_ns,omitempty"`
 	StoreCPUPerRequest float64       `json:"redis_cpu_us_per_request,omitempty"`
+	StoreIdleCPU       time.Duration `json:"redis_idle_cpu_ns,omitempty"`
+	StoreIdleRate      float64       `json:"redis_idle_cpu_ms_per_s,omitempty"`
+	StoreSeconds       float64       `json:"redis_span_seconds,omitempty"`
+	// StoreSentPer2xx and StoreExecPer2xx are the commands sent and
+	// executed per 2xx; StoreCPUPer2xx is the load's CPU time in
+	// microseconds per 2xx, StoreCPUPerSecond in milliseconds per second of
+	// the run, and Store2xxPerCore the 2xx per second one Redis core
+	// would carry: 2xx per second divided by CPU seconds per second.
+	StoreSentPer2xx   float64 `json:"redis_commands_sent_per_2xx,omitempty"`
+	StoreExecPer2xx   float64 `json:"redis_commands_executed_per_2xx,omitempty"`
+	StoreCPUPer2xx    float64 `json:"redis_cpu_us_per_2xx,omitempty"`
+	StoreCPUPerSecond float64 `json:"redis_cpu_ms_per_s,omitempty"`
+	Store2xxPerCore   float64 `json:"redis_2xx_per_s_per_core,omitempty"`
 	// DeadlineMS is the deadline of the scenario's requests, if any.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
 
@@ -263,6 +320,15 @@ type Result struct {
 type Options struct {
 	Duration time.Duration
 	Procs    int
+	// Workers, if positive, runs the load as that many workers in this
+	// process instead of Procs processes: each worker gets its own client
+	// from the limiter (for ratecord-redis its own Redis client and
+	// connection pool, store and ratecord transport) and its own HTTP
+	// transport, as a process would, and runs at most Goroutines (at least
+	// 1) goroutines of every load group, so that the load grows with the
+	// workers.
+	Workers    int
+	Goroutines int
 	// Network is the latency between clients and the emulator, named
 	// Latency in the results; the zero Network has none.
 	Network discordtest.Network
@@ -283,14 +349,25 @@ type Options struct {
 func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Options) ([]Result, error) {
 	var out []Result
 	repeat := max(o.Repeat, 1)
+	probes := map[string]*probed{}
+	defer func() {
+		for _, p := range probes {
+			p.probe.Close()
+		}
+	}()
+	for _, lim := range limiters {
+		if p := openProbe(ctx, lim, o.Progress); p != nil {
+			probes[lim.Name] = p
+		}
+	}
 	for _, sc := range scenarios {
 		for _, lim := range limiters {
 			for i := 1; i <= repeat; i++ {
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %d proc(s), %v ...", sc.Name, lim.Name, i, repeat, max(o.Procs, 1), max(o.Duration, sc.MinDuration))
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), max(o.Duration, sc.MinDuration))
 				}
 				start := time.Now()
-				r, err := runOne(ctx, sc, lim, o)
+				r, err := runOne(ctx, sc, lim, o, probes[lim.Name])
 				if err != nil {
 					return out, fmt.Errorf("%s/%s run %d: %w", sc.Name, lim.Name, i, err)
 				}
@@ -308,7 +385,57 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 	return out, nil
 }
 
-func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, error) {
+// describeLoad says how the load is run, for the progress lines.
+func (o Options) describeLoad() string {
+	if o.Workers > 0 {
+		return fmt.Sprintf("%d workers of ≤%d goroutines", o.Workers, max(o.Goroutines, 1))
+	}
+	return fmt.Sprintf("%d proc(s)", max(o.Procs, 1))
+}
+
+// probed is an open probe of a limiter's store and the server's idle rate,
+// its CPU time per second of wall time with no load.
+type probed struct {
+	probe StoreProbe
+	idle  time.Duration
+}
+
+// openProbe opens lim's probe, if it has one, and measures the server's
+// idle rate over idleSpan. It returns nil when lim has no probe or the
+// server cannot be read, saying why on progress: the run's store figures
+// are then left out.
+func openProbe(ctx context.Context, lim Limiter, progress io.Writer) *probed {
+	if lim.Probe == nil {
+		return nil
+	}
+	fail := func(err error) *probed {
+		if progress != nil {
+			fmt.Fprintf(progress, "bench: %s: no Redis figures: %v\n", lim.Name, err)
+		}
+		return nil
+	}
+	p, err := lim.Probe(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	a, err := p.Read(ctx)
+	t0 := time.Now()
+	if err == nil {
+		sleep(ctx, idleSpan)
+	}
+	b, err2 := p.Read(ctx)
+	if err = errors.Join(err, err2, ctx.Err()); err != nil {
+		p.Close()
+		return fail(err)
+	}
+	idle := idleRate(a, b, time.Since(t0))
+	if progress != nil {
+		fmt.Fprintf(progress, "bench: %s: Redis idle CPU %.3f ms/s over %.1fs\n", lim.Name, float64(idle)/float64(time.Millisecond), idleSpan.Seconds())
+	}
+	return &probed{probe: p, idle: idle}
+}
+
+func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *probed) (Result, error) {
 	o.Duration = max(o.Duration, sc.MinDuration)
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
 	opts = append(opts, discordtest.WithNetwork(o.Network))
@@ -320,6 +447,17 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		return Result{}, err
 	}
 	defer srv.Close()
+	// The server's counters are read before the run's clock starts and
+	// after every worker closed its client.
+	var before StoreStats
+	var readAt time.Time
+	if probe != nil {
+		var err error
+		if before, err = probe.probe.Read(ctx); err != nil {
+			probe = nil
+		}
+		readAt = time.Now()
+	}
 	procs := max(o.Procs, 1)
 	runCtx, cancel := runContext(ctx, o.Duration)
 	defer cancel()
@@ -329,13 +467,6 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		defer lim.Cleanup(run)
 	}
 
-	var cpu0 time.Duration
-	cpuOK := lim.ServerCPU != nil
-	if cpuOK {
-		var err error
-		cpu0, err = lim.ServerCPU(ctx)
-		cpuOK = err == nil
-	}
 	rec := &recorder{}
 	var wg sync.WaitGroup
 	var spawnErr error
@@ -344,9 +475,19 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 		wg.Add(1)
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
 	}
-	if procs == 1 || o.Spawn == nil {
+	switch {
+	case o.Workers > 0:
+		procs = 1
+		for w := range o.Workers {
+			wg.Go(func() {
+				own := &recorder{}
+				runLoad(runCtx, run, sc, lim, srv.URL(), w, o.Workers, max(o.Goroutines, 1), own)
+				rec.merge(own.report())
+			})
+		}
+	case procs == 1 || o.Spawn == nil:
 		RunLoad(runCtx, run, sc, lim, srv.URL(), 0, 1, rec)
-	} else {
+	default:
 		for p := 0; p < procs; p++ {
 			wg.Add(1)
 			go func() {
@@ -365,17 +506,32 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options) (Result, e
 	if spawnErr != nil {
 		return Result{}, spawnErr
 	}
+	var after StoreStats
+	var span time.Duration
+	if probe != nil {
+		var err error
+		after, err = probe.probe.Read(ctx)
+		span = time.Since(readAt)
+		if err != nil {
+			probe = nil
+		}
+	}
 	st := srv.Stats()
 	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
 	r.Latency = o.Latency
-	if cpuOK {
-		if cpu1, err := lim.ServerCPU(ctx); err == nil && cpu1 >= cpu0 {
-			r.StoreCPU = cpu1 - cpu0
+	if o.Workers > 0 {
+		r.Workers, r.Goroutines = o.Workers, max(o.Goroutines, 1)
+	}
+	if probe != nil {
+		if cpu, idle, calls, ok := storeDelta(before, after, span, probe.idle); ok {
+			r.StoreCPU, r.StoreIdleCPU, r.StoreExecuted, r.StoreSeconds = cpu, idle, calls, span.Seconds()
+			r.StoreIdleRate = float64(probe.idle) / float64(time.Millisecond)
 			if st.Requests > 0 {
 				r.StoreCPUPerRequest = float64(r.StoreCPU) / float64(time.Microsecond) / float64(st.Requests)
 			}
 		}
 	}
+	r.storeCost()
 	return r, nil
 }
 
@@ -402,16 +558,26 @@ func runID(scenario, limiter string) string {
 // the emulator at url until ctx ends, recording deadline overshoots and
 // store commands in rec (which may be nil).
 func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts int, rec *recorder) {
+	runLoad(ctx, run, sc, lim, url, part, parts, 0, rec)
+}
+
+// runLoad runs the load of worker part of parts, a process (perWorker 0)
+// or a goroutine group of at most perWorker goroutines per load group, with
+// a client and an HTTP transport of its own. Every request it sends carries
+// its number in processHeader.
+func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url string, part, parts, perWorker int, rec *recorder) {
 	if rec == nil {
 		rec = &recorder{}
 	}
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	base := &orderTransport{next: tr, book: &rec.order}
+	base := &orderTransport{next: &processTransport{next: tr, worker: strconv.Itoa(part)}, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
-	defer c.Close()
-	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, rec: rec}
+	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
 	sc.Load(ctx, env)
+	// Closed before the commands are counted: what closing sends is in
+	// the count, as it is in the server's.
+	c.Close()
 	if cc, ok := c.(CommandCounter); ok {
 		rec.mu.Lock()
 		rec.commands += cc.StoreCommands()
@@ -431,8 +597,10 @@ type WorkerReport struct {
 	// reports whether the limiter has one.
 	StoreCommands int64 `json:"store_commands"`
 	Counted       bool  `json:"counted"`
-	// Errors counts requests that got no response.
-	Errors int `json:"errors"`
+	// Errors counts requests that got no response; Refused those the
+	// limiter refused as the scenario expects.
+	Errors  int `json:"errors"`
+	Refused int `json:"refused,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
 }
@@ -444,18 +612,14 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 	defer cancel()
 	rec := &recorder{}
 	RunLoad(ctx, run, sc, lim, url, part, parts, rec)
-	rec.mu.Lock()
-	rep := WorkerReport{Overshoots: append([]time.Duration(nil), rec.over...), Waits: append([]time.Duration(nil), rec.waits...),
-		StoreCommands: rec.commands, Counted: rec.counted, Errors: rec.errors, Overtaken: rec.order.count() + rec.overtaken}
-	rec.mu.Unlock()
-	return json.NewEncoder(w).Encode(rep)
+	return json.NewEncoder(w).Encode(rec.report())
 }
 
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
 	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
 		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
 		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Unauthorized: st.ByStatus[401], Bans: st.Bans,
-		Banned: st.BannedResponses}
+		Banned: st.BannedResponses, All2xx: all2xx(st.ByStatus)}
 	end := start.Add(d)
 	var counted []discordtest.LogEntry
 	for _, e := range st.Log {
@@ -502,7 +666,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 	if r.WaitN = len(r.waits); r.WaitN > 0 {
 		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
 	}
-	r.Errors = rec.errors
+	r.Errors, r.Refused = rec.errors, rec.refused
 	r.Overtaken = rec.order.count() + rec.overtaken
 	if rec.counted {
 		r.StoreCommands = rec.commands
@@ -513,11 +677,25 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 	return r
 }
 
+// all2xx adds up the 2xx answers of a count by status: every answer the
+// emulator gave, as its log would list them, but not bounded by the log's
+// length.
+func all2xx(byStatus map[int]int) int {
+	n := 0
+	for status, c := range byStatus {
+		if status >= 200 && status <= 299 {
+			n += c
+		}
+	}
+	return n
+}
+
 type recorder struct {
 	mu       sync.Mutex // guards every field below
 	over     []time.Duration
 	waits    []time.Duration
 	errors   int
+	refused  int
 	commands int64
 	counted  bool
 	// overtaken adds up the overtaken renames of worker processes; order
@@ -533,9 +711,18 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.over = append(r.over, rep.Overshoots...)
 	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
+	r.refused += rep.Refused
 	r.overtaken += rep.Overtaken
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
+}
+
+// report is what a worker tells the process that owns the emulator.
+func (r *recorder) report() WorkerReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
+		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Overtaken: r.order.count() + r.overtaken}
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -604,7 +791,7 @@ func (w *Row) aggregate() {
 	runs := w.PerRun
 	n := float64(len(runs))
 	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
-		DeadlineMS: runs[0].DeadlineMS}
+		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate}
 	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
 	for _, r := range runs {
 		a.Seconds += r.Seconds
@@ -624,9 +811,14 @@ func (w *Row) aggregate() {
 		a.Bans += r.Bans
 		a.Banned += r.Banned
 		a.Errors += r.Errors
+		a.Refused += r.Refused
 		a.Overtaken += r.Overtaken
+		a.All2xx += r.All2xx
 		a.StoreCommands += r.StoreCommands
+		a.StoreExecuted += r.StoreExecuted
 		a.StoreCPU += r.StoreCPU
+		a.StoreIdleCPU += r.StoreIdleCPU
+		a.StoreSeconds += r.StoreSeconds
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
 		a.waits = append(a.waits, r.waits...)
@@ -647,6 +839,7 @@ func (w *Row) aggregate() {
 	if a.Requests > 0 && a.StoreCPU > 0 {
 		a.StoreCPUPerRequest = float64(a.StoreCPU) / float64(time.Microsecond) / float64(a.Requests)
 	}
+	a.storeCost()
 	a.LateP50, a.LateP99 = pooled(runs, a.late, func(r Result) float64 { return r.LateP50 }, 0.50), pooled(runs, a.late, func(r Result) float64 { return r.LateP99 }, 0.99)
 	a.OverP50, a.OverP99 = pooled(runs, a.over, func(r Result) float64 { return r.OverP50 }, 0.50), pooled(runs, a.over, func(r Result) float64 { return r.OverP99 }, 0.99)
 	a.OverMax = pooled(runs, a.over, func(r Result) float64 { return r.OverMax }, 1)
@@ -677,12 +870,15 @@ func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p 
 
 // PrintTable writes the rows as an aligned text table. With several runs
 // per row, the avoidable 429 column adds how many runs had any, and a
-// column of the lowest utilization of a run follows; a column of Redis
-// commands per request follows when a row has a shared store.
+// column of the lowest utilization of a run follows. When a row has a
+// shared store, columns of its cost follow: Redis commands sent and
+// executed per 2xx, Redis CPU per 2xx and per second, and the 2xx per
+// second one Redis core would carry (see [Result]). The procs column reads
+// "16w" for 16 workers in one process ([Options].Workers).
 func PrintTable(w io.Writer, rows []Row) {
 	store, repeated := false, false
 	for _, r := range rows {
-		store = store || r.StoreCommands > 0
+		store = store || r.StoreCommands > 0 || r.StoreSeconds > 0
 		repeated = repeated || r.Runs > 1
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -696,7 +892,7 @@ func PrintTable(w io.Writer, rows []Row) {
 	}
 	head += "avoidable 429\tunavoidable 429\tuser/global/shared\tedge 429\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
-		head += "redis cmd/req\tredis cpu µs/req\t"
+		head += "sent/2xx\texec/2xx\tcpu µs/2xx\tcpu ms/s\t2xx/s/core\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
@@ -704,7 +900,11 @@ func PrintTable(w io.Writer, rows []Row) {
 		if r.OverN > 0 {
 			dl = fmt.Sprintf("%.1f/%.1f", r.OverP99, r.OverMax)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t", r.Scenario, r.Limiter, r.Procs)
+		procs := strconv.Itoa(r.Procs)
+		if r.Workers > 0 {
+			procs = strconv.Itoa(r.Workers) + "w"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t", r.Scenario, r.Limiter, procs)
 		if repeated {
 			fmt.Fprintf(tw, "%d\t", r.Runs)
 		}
@@ -723,19 +923,20 @@ func PrintTable(w io.Writer, rows []Row) {
 		fmt.Fprintf(tw, "%s\t%d\t%d/%d/%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t",
 			avoidable, r.Unavoidable, r.User, r.Global, r.Shared, r.Edge, r.Unauthorized, r.Bans, ms(r.LateP50), ms(r.LateP99), dl, wait)
 		if store {
-			per := "-"
-			if r.StoreCommands > 0 {
-				per = fmt.Sprintf("%.2f", r.StorePerRequest)
-			}
-			cpu := "-"
-			if r.StoreCPU > 0 {
-				cpu = fmt.Sprintf("%.1f", r.StoreCPUPerRequest)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t", per, cpu)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", figure(r.StoreSentPer2xx, "%.2f"), figure(r.StoreExecPer2xx, "%.2f"),
+				figure(r.StoreCPUPer2xx, "%.1f"), figure(r.StoreCPUPerSecond, "%.2f"), figure(r.Store2xxPerCore, "%.0f"))
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// figure formats a store figure, "-" for none.
+func figure(v float64, format string) string {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
 }
 
 func ms(v float64) string {

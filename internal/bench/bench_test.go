@@ -402,3 +402,31 @@ func TestOrderBook(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestNewScenarios runs hot-retry and mixed end to end with ratecord's
+// memory store: both are limited, neither gets an avoidable 429, hot-retry's
+// callers are refused rather than made to wait, and mixed's deleted webhook
+// is refused once it answered 404.
+func TestNewScenarios(t *testing.T) {
+	t.Parallel()
+	n := discordtest.LANNetwork()
+	scs, err := pick(n, "hot-retry,mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Run(t.Context(), scs, []Limiter{Ratecord()}, Options{Duration: 1200 * time.Millisecond, Network: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Successes == 0 || r.MaxPerSecond <= 0 || r.Utilization > 1.0001 {
+			t.Errorf("%s: %d successes, max %v/s, utilization %v; want successes within a maximum", r.Scenario, r.Successes, r.MaxPerSecond, r.Utilization)
+		}
+		if r.Avoidable != 0 || r.Bans != 0 || r.Errors != 0 {
+			t.Errorf("%s: %d avoidable 429s, %d bans, %d errors; want none", r.Scenario, r.Avoidable, r.Bans, r.Errors)
+		}
+		if r.Refused == 0 {
+			t.Errorf("%s: no request refused; want the limiter to refuse at once", r.Scenario)
+		}
+	}
+}

@@ -55,7 +55,15 @@ func policy(cfg ClientConfig) store.Policy {
 // With -redis (or -redis-cluster), ratecord runs twice: as ratecord-redis,
 // whose processes share a redisstore.Store with a key prefix unique to the
 // scenario run, and as ratecord-mem, with a memory store per process; the
-// table then shows Redis commands per request for ratecord-redis.
+// table then shows for ratecord-redis the Redis commands sent and executed
+// per 2xx, Redis CPU per 2xx and per second, and the 2xx per second one
+// Redis core would carry.
+//
+// -workers N runs the load as N workers inside this process instead of
+// -procs processes: each has what a process of its own would have (for
+// ratecord-redis its own go-redis client and connection pool, store and
+// ratecord transport; its own HTTP transport) and runs at most -goroutines
+// goroutines of every load group of a scenario, so the load grows with N.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,6 +71,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block: at least 10s)")
 		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
+		workers   = fs.Int("workers", 0, "run `N` workers in this process instead of -procs processes, each with its own clients and store (meant for -redis), each running up to -goroutines goroutines of every load group")
+		perWorker = fs.Int("goroutines", 4, "with -workers, the most goroutines a worker runs per load group (`G`)")
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
 		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
 		check     = fs.Bool("check", false, "exit non-zero when any run of ratecord has an avoidable 429, a ban or a late deadline")
@@ -92,6 +102,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	}
 	if *repeat < 1 {
 		return fmt.Errorf("-repeat %d: want at least 1", *repeat)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case *workers < 0:
+		return fmt.Errorf("-workers %d: want at least 1", *workers)
+	case *workers > 0 && set["procs"]:
+		return errors.New("-workers and -procs are exclusive: workers run in one process, procs each in its own")
+	case set["goroutines"] && *workers == 0:
+		return errors.New("-goroutines applies to -workers only")
+	case *perWorker < 1:
+		return fmt.Errorf("-goroutines %d: want at least 1", *perWorker)
 	}
 	all := []Limiter{Ratecord(), NoLimiter()}
 	var redisArgs []string
@@ -133,7 +155,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		}
 	}
 	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr}
-	if *procs > 1 {
+	if *workers > 0 {
+		opts.Procs, opts.Workers, opts.Goroutines = 1, *workers, *perWorker
+	}
+	if opts.Procs > 1 {
 		exe, err := os.Executable()
 		if err != nil {
 			return err
@@ -182,18 +207,43 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
 			}
 		}
+		if *workers > 0 {
+			fmt.Fprintf(stdout, "\n%dw: %d workers in this process, each with its own clients, store and HTTP transport, as a process would have, each running up to %d goroutines of every load group.",
+				*workers, *workers, *perWorker)
+		}
 		for _, r := range rows {
 			if sc, ok := findScenario(scs, r.Scenario); ok && sc.Renames {
 				fmt.Fprintf(stdout, "\n%s/%s: %d renames sent to Discord while a rename issued earlier (by 1 ms or more, same process) still waited.",
 					r.Scenario, r.Limiter, r.Overtaken)
 			}
+			if r.Refused > 0 {
+				fmt.Fprintf(stdout, "\n%s/%s: %d requests refused at once by the limiter, as the scenario expects (%.0f/s).",
+					r.Scenario, r.Limiter, r.Refused, float64(r.Refused)/max(r.Seconds+r.Warmup*float64(r.Runs), 1e-9))
+			}
 		}
+		storeFooter(stdout, rows)
 		fmt.Fprintln(stdout)
 	}
 	if *check {
 		return Check(rs)
 	}
 	return nil
+}
+
+// storeFooter explains the store columns of the table, if any row has
+// them, with the server's idle rate.
+func storeFooter(w io.Writer, rows []Row) {
+	for _, r := range rows {
+		if r.StoreSeconds <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nRedis (%s): sent/2xx = commands the clients sent (go-redis hook, every worker) per 2xx the emulator answered;"+
+			" exec/2xx = commands Redis executed (INFO commandstats calls, script-run commands included, the measurement's INFO not) per 2xx;"+
+			"\ncpu µs/2xx and cpu ms/s = Redis CPU (INFO cpu, sys + user) during the run less its idle rate, %.3f ms/s measured over %.0fs before the first run;"+
+			" 2xx/s/core = 2xx per second / Redis CPU seconds per second.",
+			r.Limiter, r.StoreIdleRate, idleSpan.Seconds())
+		return
+	}
 }
 
 // describe says what a network profile is, for the table's footer.

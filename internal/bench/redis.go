@@ -2,11 +2,7 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,49 +58,9 @@ func RatecordRedis(rc RedisConfig) Limiter {
 			}
 			return newRedisClient(rc, cfg, base)
 		},
-		Cleanup:   func(run string) { cleanup(rc, RunPrefix(run)) },
-		ServerCPU: rc.serverCPU,
+		Cleanup: func(run string) { cleanup(rc, RunPrefix(run)) },
+		Probe:   func(ctx context.Context) (StoreProbe, error) { return rc.probe(ctx) },
 	}
-}
-
-// serverCPU returns the CPU time (user and system) the Redis server has
-// used, from INFO cpu; a cluster's masters are added up.
-func (rc RedisConfig) serverCPU(ctx context.Context) (time.Duration, error) {
-	c := rc.client()
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	read := func(ctx context.Context, c *redis.Client) (time.Duration, error) {
-		info, err := c.Info(ctx, "cpu").Result()
-		if err != nil {
-			return 0, err
-		}
-		var total float64
-		for _, line := range strings.Split(info, "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
-				}
-				total += f
-			}
-		}
-		return time.Duration(total * float64(time.Second)), nil
-	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		var total time.Duration
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			d, err := read(ctx, c)
-			mu.Lock()
-			total += d
-			mu.Unlock()
-			return err
-		})
-		return total, err
-	}
-	return read(ctx, c.(*redis.Client))
 }
 
 // RatecordMemory is the default ratecord limiter under another name, to be
@@ -116,9 +72,15 @@ func RatecordMemory() Limiter {
 	return l
 }
 
+// redisClient is a ratecord-redis client: its own Redis client (and so
+// its own connection pool), store and ratecord transport, as a process of
+// its own would have.
 type redisClient struct {
 	HTTPClient
-	hook *rediscount.Hook
+	hook  *rediscount.Hook
+	rdb   redis.UniversalClient
+	store *redisstore.Store
+	tr    *ratecord.Transport
 }
 
 func (c *redisClient) StoreCommands() int64 { return c.hook.Commands.Load() }
@@ -135,7 +97,10 @@ func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Cl
 			s.Close()
 			return rdb.Close()
 		}},
-		hook: hook,
+		hook:  hook,
+		rdb:   rdb,
+		store: s,
+		tr:    tr,
 	}
 }
 

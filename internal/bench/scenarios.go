@@ -2,9 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratecord/ratecord"
@@ -72,6 +77,31 @@ func send(ctx context.Context, env *Env, method, path, auth, body string) (int, 
 		sleep(ctx, 10*time.Millisecond)
 	}
 	return st, err
+}
+
+// try sends a request that the limiter may refuse for a reason the caller
+// expects (errors.Is(err, expected)): such a refusal is counted in the
+// run's refusals, not its errors, and returned at once. Other errors are
+// counted and paused on as by send.
+func try(ctx context.Context, env *Env, method, path, auth, body string, expected error) error {
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	_, err := env.Client.Do(ctx, method, env.API+path, auth, b)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.Is(err, expected):
+		env.rec.mu.Lock()
+		env.rec.refused++
+		env.rec.mu.Unlock()
+	default:
+		env.rec.mu.Lock()
+		env.rec.errors++
+		env.rec.mu.Unlock()
+		sleep(ctx, 10*time.Millisecond)
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -257,6 +287,10 @@ func Scenarios(n discordtest.Network) []Scenario {
 		},
 		interactive("interactive", true),
 		interactive("interactive-fifo", false),
+		// Callers that will not wait retry each refusal at once, on one hot bucket.
+		hotRetry(),
+		// One bot's mixed traffic under its global limit, with webhooks and a deleted one.
+		mixed(),
 		{
 			Name:     "deadline",
 			Emulator: base(bucket("slow", 1, 2*time.Second, true, "POST /channels/{channel_id}/messages")...),
@@ -392,6 +426,108 @@ func sublimit() Scenario {
 		Counted:  func(e discordtest.LogEntry) bool { return e.Bucket == "chan" && e.Renames },
 		WaitNote: "non-rename edits of the renamed channel",
 		Renames:  true,
+	}
+}
+
+// hotRetry is one hot bucket of 5 per second (fixed window) whose 20
+// callers will not wait: a request that would wait is refused at once
+// (ratecord.WithRequestMaxWait of a millisecond) and tried again at once,
+// with no pause but a yield. A limiter must keep the refusals from costing
+// its store more than callers that wait would.
+func hotRetry() Scenario {
+	const limit, window = 5, time.Second
+	return Scenario{
+		Name:     "hot-retry",
+		Emulator: base(bucket("hot", limit, window, true, "POST /channels/{channel_id}/messages")...),
+		Load: func(ctx context.Context, env *Env) {
+			env.Goroutines(ctx, 20, func(ctx context.Context, g int) {
+				rctx := ratecord.WithRequestMaxWait(ctx, time.Millisecond)
+				if try(rctx, env, "POST", "/channels/1300/messages", Bot, `{"content":"hi"}`, ratecord.ErrWaitTooLong) != nil {
+					// Let the other goroutines run; nothing more.
+					runtime.Gosched()
+				}
+			})
+		},
+		Max:     span(func(d time.Duration) float64 { return limit * windows(d, window) }),
+		Counted: onBucket("hot"),
+		Late:    fixedLate(limit, window),
+	}
+}
+
+// mixed is the traffic of one bot token, under its global limit of 50 per
+// second: messages to 200 channels (5 per second each, 1,000 together, so
+// the global limit binds), reactions on 3 messages (1 per 250 ms each),
+// position edits of 2 channels (5 per second each, no rename, so no hidden
+// sublimit), executions of 4 webhooks without a token (5 per 500 ms each,
+// under the client IP's own global limit) and, every 250 ms, an execution
+// of a webhook that was deleted, which answers 404 and which a limiter
+// should then refuse at once (ratecord.ErrWebhookGone) rather than send.
+// Every limit is announced by headers: the bot's global second plus the
+// webhooks' windows bound the 2xx.
+func mixed() Scenario {
+	const (
+		channels            = 200
+		hooks, hookLimit    = 4, 5
+		hookWindow          = 500 * time.Millisecond
+		reactWindow         = 250 * time.Millisecond
+		goneHook            = "2499"
+		messages, reactions = 2000, 2300
+	)
+	return Scenario{
+		Name: "mixed",
+		Emulator: base(append(append(append(append(
+			bucket("mmsg", 5, time.Second, false, "POST /channels/{channel_id}/messages"),
+			bucket("mreact", 1, reactWindow, true, "PUT /channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me")...),
+			bucket("medit", 5, time.Second, true, "PATCH /channels/{channel_id}")...),
+			bucket("mhook", hookLimit, hookWindow, true, "POST /webhooks/{webhook_id}/{webhook_token}")...),
+			discordtest.WithDeletedWebhooks(goneHook))...),
+		Load: func(ctx context.Context, env *Env) {
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				env.Goroutines(ctx, 100, func(ctx context.Context, g int) {
+					for i := 0; ctx.Err() == nil; i++ {
+						ch := messages + (g+i*100)%channels
+						send(ctx, env, "POST", fmt.Sprintf("/channels/%d/messages", ch), Bot, `{"content":"hi"}`)
+					}
+				})
+			})
+			wg.Go(func() {
+				env.Goroutines(ctx, 3, func(ctx context.Context, g int) {
+					ch := strconv.Itoa(reactions + g%3)
+					send(ctx, env, "PUT", "/channels/"+ch+"/messages/"+ch+"0/reactions/%F0%9F%91%8D/@me", Bot, "")
+				})
+			})
+			wg.Go(func() {
+				env.Goroutines(ctx, 2, func(ctx context.Context, g int) {
+					send(ctx, env, "PATCH", fmt.Sprintf("/channels/%d", 2400+g%2), Bot, `{"position":1}`)
+				})
+			})
+			wg.Go(func() {
+				env.Goroutines(ctx, 8, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", fmt.Sprintf("/webhooks/%d/hook-token-%d", 2450+g%hooks, g%hooks), "", `{"content":"hi"}`)
+				})
+			})
+			wg.Go(func() {
+				env.Goroutines(ctx, 1, func(ctx context.Context, g int) {
+					try(ctx, env, "POST", "/webhooks/"+goneHook+"/gone-token", "", `{"content":"hi"}`, ratecord.ErrWebhookGone)
+					sleep(ctx, 250*time.Millisecond)
+				})
+			})
+			wg.Wait()
+		},
+		Max: span(func(d time.Duration) float64 {
+			return globalPerSecond*windows(d, time.Second) + hooks*hookLimit*windows(d, hookWindow)
+		}),
+		Late: func(log []discordtest.LogEntry) []time.Duration {
+			// The bot's requests: the webhooks' are limited per IP.
+			var bot []discordtest.LogEntry
+			for _, e := range log {
+				if !strings.HasPrefix(e.Credential, "ip:") {
+					bot = append(bot, e)
+				}
+			}
+			return globalLate(globalPerSecond, time.Second)(bot)
+		},
 	}
 }
 

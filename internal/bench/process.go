@@ -1,0 +1,24 @@
+package bench
+
+import "net/http"
+
+// processHeader carries the number of the worker (a process, or a
+// goroutine group with -workers) that sent a request, so that the emulator
+// can tell the workers apart as Discord tells hosts apart. The emulator
+// will export the same name as discordtest.ProcessHeader.
+const processHeader = "X-Discordtest-Process"
+
+// processTransport marks every request with the worker's number in
+// processHeader. It sits under the limiter, on the base transport it wraps,
+// so it marks each attempt that leaves for the emulator, retries included.
+type processTransport struct {
+	next   http.RoundTripper
+	worker string
+}
+
+func (t *processTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The caller's request is not ours to change.
+	out := req.Clone(req.Context())
+	out.Header.Set(processHeader, t.worker)
+	return t.next.RoundTrip(out)
+}
