@@ -1,12 +1,15 @@
 package bench
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/ratecord/ratecord/discordtest"
+)
 
 // processHeader carries the number of the worker (a process, or a
 // goroutine group with -workers) that sent a request, so that the emulator
-// can tell the workers apart as Discord tells hosts apart. The emulator
-// will export the same name as discordtest.ProcessHeader.
-const processHeader = "X-Discordtest-Process"
+// tells the workers apart as it would processes.
+const processHeader = discordtest.ProcessHeader
 
 // processTransport marks every request with the worker's number in
 // processHeader. It sits under the limiter, on the base transport it wraps,
