@@ -1,7 +1,8 @@
 // Package bench is the load benchmark behind "ratecord bench": scenarios
 // that drive rate-limit clients against the discordtest emulator and measure
 // what the emulator saw. Clients are pluggable, so peers (no limiter at all,
-// discordgo's limiter) are measured in the same run as ratecord.
+// discordgo's limiter, go-redis/redis_rate on the same Redis) are measured
+// in the same run as ratecord.
 package bench
 
 import (
@@ -43,6 +44,15 @@ type Limiter struct {
 	// limiter's shared store (Redis), read before and after each run; [Run]
 	// opens it once and closes it when it returns.
 	Probe func(ctx context.Context) (StoreProbe, error)
+	// Redis, if set, makes the contender for the Redis of the run (-redis
+	// or -redis-cluster), for a peer that keeps its state there: [Main]
+	// calls it with that [RedisConfig] and runs the Limiter it returns
+	// under Name. Such a limiter is measured as ratecord-redis is when its
+	// Probe is [RedisConfig.Probe] and its clients implement
+	// [CommandCounter]. Without -redis the contender is left out, as
+	// ratecord-redis is. New, Cleanup and Probe of a Limiter with Redis
+	// set are not used.
+	Redis func(rc RedisConfig) Limiter
 }
 
 // ClientConfig is what a scenario run tells the limiter it makes a client

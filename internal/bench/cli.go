@@ -57,7 +57,8 @@ func policy(cfg ClientConfig) store.Policy {
 // scenario run, and as ratecord-mem, with a memory store per process; the
 // table then shows for ratecord-redis the Redis commands sent and executed
 // per 2xx, Redis CPU per 2xx and per second, and the 2xx per second one
-// Redis core would carry.
+// Redis core would carry. The limiters given with [Limiter].Redis set run
+// only then, on the same Redis, and get the same columns.
 //
 // -workers N runs the load as N workers inside this process instead of
 // -procs processes: each has what a process of its own would have (for
@@ -84,7 +85,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		parts     = fs.Int("parts", 1, "internal: number of parts")
 		limiterNm = fs.String("limiter", "", "internal: the worker's limiter")
 		run       = fs.String("run", "", "internal: the id of the worker's scenario run")
-		redisAddr = fs.String("redis", "", "also measure ratecord with a Redis store on the server at `ADDR` (ratecord-redis), beside memory stores (ratecord-mem)")
+		redisAddr = fs.String("redis", "", "also measure ratecord with a Redis store on the server at `ADDR` (ratecord-redis), beside memory stores (ratecord-mem), and any contender that keeps its state in Redis")
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
 	)
 	fs.Usage = func() {
@@ -117,8 +118,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	}
 	all := []Limiter{Ratecord(), NoLimiter()}
 	var redisArgs []string
+	var rc *RedisConfig
 	if *redisAddr != "" || *redisCl != "" {
-		rc := RedisConfig{Addr: *redisAddr}
+		rc = &RedisConfig{Addr: *redisAddr}
 		redisArgs = []string{"-redis", *redisAddr}
 		if *redisCl != "" {
 			rc.Cluster = strings.Split(*redisCl, ",")
@@ -129,9 +131,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 				return fmt.Errorf("redis: %w", err)
 			}
 		}
-		all = []Limiter{RatecordRedis(rc), RatecordMemory(), NoLimiter()}
+		all = []Limiter{RatecordRedis(*rc), RatecordMemory(), NoLimiter()}
 	}
-	all = append(all, limiters...)
+	needRedis := map[string]bool{}
+	for _, l := range limiters {
+		switch {
+		case l.Redis == nil:
+			all = append(all, l)
+		case rc != nil:
+			own := l.Redis(*rc)
+			own.Name = l.Name
+			all = append(all, own)
+		default:
+			needRedis[l.Name] = true
+		}
+	}
 	scs, err := pick(network, *scenario)
 	if err != nil {
 		return err
@@ -147,8 +161,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	if *only != "" {
 		lims = nil
 		for _, n := range strings.Split(*only, ",") {
-			l, ok := findLimiter(all, strings.TrimSpace(n))
-			if !ok {
+			n = strings.TrimSpace(n)
+			l, ok := findLimiter(all, n)
+			switch {
+			case !ok && (needRedis[n] || n == NameRedis):
+				return fmt.Errorf("limiter %q needs -redis or -redis-cluster", n)
+			case !ok:
 				return fmt.Errorf("unknown limiter %q", n)
 			}
 			lims = append(lims, l)
@@ -231,19 +249,26 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 }
 
 // storeFooter explains the store columns of the table, if any row has
-// them, with the server's idle rate.
+// them, with the server's idle rate as measured for each limiter.
 func storeFooter(w io.Writer, rows []Row) {
+	var lims, idle []string
+	seen := map[string]bool{}
 	for _, r := range rows {
-		if r.StoreSeconds <= 0 {
+		if r.StoreSeconds <= 0 || seen[r.Limiter] {
 			continue
 		}
-		fmt.Fprintf(w, "\nRedis (%s): sent/2xx = commands the clients sent (go-redis hook, every worker) per 2xx the emulator answered;"+
-			" exec/2xx = commands Redis executed (INFO commandstats calls, script-run commands included, the measurement's INFO not) per 2xx;"+
-			"\ncpu µs/2xx and cpu ms/s = Redis CPU (INFO cpu, sys + user) during the run less its idle rate, %.3f ms/s measured over %.0fs before the first run;"+
-			" 2xx/s/core = 2xx per second / Redis CPU seconds per second.",
-			r.Limiter, r.StoreIdleRate, idleSpan.Seconds())
+		seen[r.Limiter] = true
+		lims = append(lims, r.Limiter)
+		idle = append(idle, fmt.Sprintf("%.3f ms/s for %s", r.StoreIdleRate, r.Limiter))
+	}
+	if len(lims) == 0 {
 		return
 	}
+	fmt.Fprintf(w, "\nRedis (%s): sent/2xx = commands the clients sent (go-redis hook, every worker) per 2xx the emulator answered;"+
+		" exec/2xx = commands Redis executed (INFO commandstats calls, script-run commands included, the measurement's INFO not) per 2xx;"+
+		"\ncpu µs/2xx and cpu ms/s = Redis CPU (INFO cpu, sys + user) during the run less its idle rate (%s), measured over %.0fs before the limiter's first run;"+
+		" 2xx/s/core = 2xx per second / Redis CPU seconds per second.",
+		strings.Join(lims, ", "), strings.Join(idle, ", "), idleSpan.Seconds())
 }
 
 // describe says what a network profile is, for the table's footer.

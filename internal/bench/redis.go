@@ -12,15 +12,17 @@ import (
 	"github.com/ratecord/ratecord/store/redisstore"
 )
 
-// RedisConfig says which Redis the ratecord-redis limiter uses: a server
-// (Addr) or a cluster (Cluster, its seed addresses).
+// RedisConfig says which Redis the limiters with a shared store use (the
+// server or cluster of -redis or -redis-cluster): a server (Addr) or a
+// cluster (Cluster, its seed addresses).
 type RedisConfig struct {
 	Addr    string
 	Cluster []string
 }
 
-// client returns a new client of the server or cluster.
-func (rc RedisConfig) client() redis.UniversalClient {
+// NewClient returns a new client of the server or cluster, with a
+// connection pool of its own; the caller closes it.
+func (rc RedisConfig) NewClient() redis.UniversalClient {
 	if len(rc.Cluster) > 0 {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.Cluster})
 	}
@@ -29,7 +31,7 @@ func (rc RedisConfig) client() redis.UniversalClient {
 
 // Ping checks that the server or cluster answers.
 func (rc RedisConfig) Ping(ctx context.Context) error {
-	c := rc.client()
+	c := rc.NewClient()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -58,8 +60,8 @@ func RatecordRedis(rc RedisConfig) Limiter {
 			}
 			return newRedisClient(rc, cfg, base)
 		},
-		Cleanup: func(run string) { cleanup(rc, RunPrefix(run)) },
-		Probe:   func(ctx context.Context) (StoreProbe, error) { return rc.probe(ctx) },
+		Cleanup: func(run string) { rc.Cleanup(RunPrefix(run)) },
+		Probe:   rc.Probe,
 	}
 }
 
@@ -86,7 +88,7 @@ type redisClient struct {
 func (c *redisClient) StoreCommands() int64 { return c.hook.Commands.Load() }
 
 func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Client {
-	rdb := rc.client()
+	rdb := rc.NewClient()
 	hook := &rediscount.Hook{}
 	rdb.AddHook(hook)
 	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)), redisstore.WithPolicy(policy(cfg)))
@@ -104,10 +106,12 @@ func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Cl
 	}
 }
 
-// cleanup deletes the keys of a run: they would expire by themselves, but a
-// shared server need not keep them for an hour.
-func cleanup(rc RedisConfig, prefix string) {
-	c := rc.client()
+// Cleanup deletes the keys under prefix+":" on the server, or on every
+// master of the cluster: a run's keys would expire by themselves, but a
+// shared server need not keep them for an hour. It gives up after ten
+// seconds.
+func (rc RedisConfig) Cleanup(prefix string) {
+	c := rc.NewClient()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

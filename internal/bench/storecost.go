@@ -150,10 +150,11 @@ type redisProbe struct {
 	clients []*redis.Client
 }
 
-// probe opens a probe of the server, or of every master of the cluster.
+// Probe opens a probe of the server, or of every master of the cluster; it
+// is the [Limiter].Probe of every limiter whose state is in this Redis.
 // Its connections are made, and greeted, here: a reading sends nothing but
 // INFO.
-func (rc RedisConfig) probe(ctx context.Context) (StoreProbe, error) {
+func (rc RedisConfig) Probe(ctx context.Context) (StoreProbe, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	addrs := []string{rc.Addr}
