@@ -4,6 +4,12 @@
 //
 //	go run ./cmd/bench
 //
+// With -redis (or -redis-cluster), go-redis/redis_rate runs too, as
+// redis_rate, on the same Redis as ratecord-redis: the table then gives
+// what each costs Redis per 2xx under the same load (see [RedisRate]):
+//
+//	go run ./cmd/bench -redis 127.0.0.1:6379 -limiters ratecord-redis,redis_rate
+//
 // It takes the flags of "ratecord bench".
 package main
 
@@ -25,7 +31,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := bench.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, Discordgo())
+	err := bench.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, Discordgo(), bench.Limiter{Name: NameRedisRate, Redis: RedisRate})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
