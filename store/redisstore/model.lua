@@ -3,14 +3,15 @@
 -- drain times (tauLo, tauHi) are microseconds. A change here without the
 -- same change there fails the transition table and the differential test.
 --
--- A bucket is a table with the fields of model.Bucket; it is kept in Redis
--- as one MessagePack array (see encode) with the Redis-only field
--- pendingUntil: when every permit still pending has timed out.
+-- A bucket is a table with the fields of model.Bucket and two of the Redis
+-- store's own: pendingUntil, when every permit still pending has timed
+-- out, and lineUntil, until when processes may wait in the bucket's line
+-- (no line is read before a process took a place in it).
 
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
   'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt',
-  'serverInstant'}
+  'serverInstant', 'lineUntil'}
 local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true,
   serverInstant = true}
 
@@ -35,34 +36,41 @@ local function ceilDiv(a, b)
 end
 
 local function newBucket()
-  local b = {}
-  for _, f in ipairs(FIELDS) do
-    if FLAGS[f] then b[f] = false else b[f] = 0 end
-  end
-  return b
+  return {known = false, limit = 0, remaining = 0, resetAt = 0, estimated = false, window = 0, span = 0, offset = 0,
+    pending = 0, pause = 0, retired = false, unlimited = false, probe = false, sliding = false, evidence = 0,
+    instant = 0, seenAt = 0, seenRemaining = 0, level = 0, levelAt = 0, tauLo = 0, tauHi = 0, pendingUntil = 0,
+    hold = 0, holdLimit = 0, heldAt = 0, serverInstant = false, lineUntil = 0}
 end
 
+-- A bucket is kept as 28 little-endian doubles, in FIELDS order (the
+-- format is spelled out: a library may not call the string library while
+-- it loads): one
+-- struct.pack, no table of the values on the way (the Lua of Redis is slow
+-- at loops and tables). A value of another length (an older layout) reads
+-- as a new bucket.
+local BUCKET_FORMAT = '<dddddddddddddddddddddddddddd'
+local BUCKET_SIZE = 8 * 28
+
 local function decode(v)
-  local a = cmsgpack.unpack(v)
-  local b = {}
-  for i, f in ipairs(FIELDS) do
-    local x = a[i] or 0
-    if FLAGS[f] then b[f] = x == 1 else b[f] = x end
-  end
-  return b
+  if #v ~= BUCKET_SIZE then return newBucket() end
+  local k, l, r, ra, e, w, sp, o, p, pa, ret, un, pr, sl, ev, ins, sa, sr, lv, la, tl, th, pu, ho, hl, ha, si, lu =
+    struct.unpack(BUCKET_FORMAT, v)
+  return {known = k == 1, limit = l, remaining = r, resetAt = ra, estimated = e == 1, window = w, span = sp, offset = o,
+    pending = p, pause = pa, retired = ret == 1, unlimited = un == 1, probe = pr == 1, sliding = sl == 1, evidence = ev,
+    instant = ins, seenAt = sa, seenRemaining = sr, level = lv, levelAt = la, tauLo = tl, tauHi = th, pendingUntil = pu,
+    hold = ho, holdLimit = hl, heldAt = ha, serverInstant = si == 1, lineUntil = lu}
+end
+
+local function bit(x)
+  if x then return 1 end
+  return 0
 end
 
 local function encode(b)
-  local a = {}
-  for i, f in ipairs(FIELDS) do
-    local x = b[f]
-    if FLAGS[f] then
-      if x then a[i] = 1 else a[i] = 0 end
-    else
-      a[i] = x
-    end
-  end
-  return cmsgpack.pack(a)
+  return struct.pack(BUCKET_FORMAT, bit(b.known), b.limit, b.remaining, b.resetAt, bit(b.estimated), b.window, b.span,
+    b.offset, b.pending, b.pause, bit(b.retired), bit(b.unlimited), bit(b.probe), bit(b.sliding), b.evidence, b.instant,
+    b.seenAt, b.seenRemaining, b.level, b.levelAt, b.tauLo, b.tauHi, b.pendingUntil, b.hold, b.holdLimit, b.heldAt,
+    bit(b.serverInstant), b.lineUntil)
 end
 
 local function tau(b)
@@ -134,6 +142,44 @@ local function take(b, t)
   end
 end
 
+local function takeN(b, t, n)
+  if n <= 0 then return end
+  b.pending = b.pending + n
+  if b.hold > 0 then b.heldAt = math.max(b.heldAt, t) end
+  if not b.known or b.unlimited then return end
+  b.remaining = b.remaining - n
+  if b.resetAt == 0 then
+    b.resetAt = t + b.window
+    b.estimated = true
+  end
+end
+
+local function dripRoom(b, t, most)
+  local ta = tau(b)
+  if ta <= 0 then return 0 end
+  local lvl = levelNow(b, t)
+  local off = (b.offset * 1000) / ta
+  local function admits(j)
+    return lvl + (b.pending + j) + off + 1 <= b.limit
+  end
+  local free = math.floor(b.limit - lvl - b.pending - off)
+  local n = 0
+  if free > 0 then n = math.min(free, most) end
+  while n > 0 and not admits(n - 1) do n = n - 1 end
+  while n < most and admits(n) do n = n + 1 end
+  return n
+end
+
+-- room: how many slots b grants at t one after the other, at most most.
+local function room(b, t, most)
+  if most <= 0 or not available(b, t) then return 0 end
+  if b.unlimited then return most end
+  if b.hold > 0 or not b.known then return 1 end
+  local n = math.max(b.remaining, 0)
+  if b.sliding then n = math.max(n, dripRoom(b, t, most)) end
+  return math.min(math.max(n, 1), most)
+end
+
 local function settle(b)
   if b.pending > 0 then b.pending = b.pending - 1 end
 end
@@ -177,6 +223,16 @@ local function watchSliding(b, t, h, limit, remaining)
     b.sliding = false
     b.tauLo, b.tauHi = 0, 0
   end
+end
+
+-- windowOf: whether headers of a known fixed window ending at reset date
+-- from a later window than b counts, or an earlier one.
+local function windowOf(b, h, reset)
+  if not b.known or b.sliding or b.estimated or b.resetAt == 0 or h.resetAfter < 0 then
+    return false, false
+  end
+  local gap = math.max(idiv(b.window, 2), SLIDING_GUARD)
+  return reset > b.resetAt + gap, reset < b.resetAt - gap
 end
 
 -- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
@@ -223,10 +279,11 @@ local function observe(b, t, h, probes)
     b.resetAt = reset
     b.window = reset - t
   else
+    local later, earlier = windowOf(b, h, reset)
     if limit > b.limit then b.remaining = b.remaining + limit - b.limit end
-    if limit < b.limit then remaining = remaining - b.pending end
+    if limit < b.limit or later then remaining = remaining - b.pending end
     b.limit = limit
-    if remaining < b.remaining then b.remaining = remaining end
+    if later or (remaining < b.remaining and not earlier) then b.remaining = remaining end
     if b.estimated or b.resetAt == 0 or reset > b.resetAt then
       b.resetAt = reset
       b.estimated = false

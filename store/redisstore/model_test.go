@@ -48,6 +48,8 @@ elseif op == 'wakeAt' then res = wakeAt(st, a(1))
 elseif op == 'bound' then res = bound(st, a(1), a(2))
 elseif op == 'idle' then res = flag(idle(st, a(1)))
 elseif op == 'seed' then seed(st, a(1))
+elseif op == 'room' then res = room(st, a(1), a(2))
+elseif op == 'takeN' then takeN(st, a(1), a(2))
 end
 local out = {string.format('%.17g', res)}
 for i, f in ipairs(FIELDS) do
@@ -77,6 +79,8 @@ func opWakeAt(now int64) op        { return op{"wakeAt", []int64{now}} }
 func opBound(now, ahead int64) op  { return op{"bound", []int64{now, ahead}} }
 func opIdle(now int64) op          { return op{"idle", []int64{now}} }
 func opSeed(hold int64) op         { return op{"seed", []int64{hold}} }
+func opRoom(now, most int64) op    { return op{"room", []int64{now, most}} }
+func opTakeN(now, n int64) op      { return op{"takeN", []int64{now, n}} }
 func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
 func opObserve(now, probes int64, h model.Headers) op {
 	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset, h.Reset}}
@@ -131,14 +135,18 @@ func (o op) apply(b *model.Bucket) float64 {
 		return flag(b.Idle(a[0]))
 	case "seed":
 		b.Seed(a[0])
+	case "room":
+		return float64(b.Room(a[0], a[1]))
+	case "takeN":
+		b.TakeN(a[0], a[1])
 	default:
 		panic("unknown op " + o.name)
 	}
 	return 0
 }
 
-// fields returns b in model.lua's FIELDS order (pendingUntil, a field of
-// the Redis store only, last and 0).
+// fields returns b in model.lua's FIELDS order (pendingUntil and
+// lineUntil, fields of the Redis store only, as 0).
 func fields(b *model.Bucket) []float64 {
 	f := func(x bool) float64 {
 		if x {
@@ -151,7 +159,7 @@ func fields(b *model.Bucket) []float64 {
 		float64(b.Window), float64(b.Span), float64(b.Offset), float64(b.Pending), float64(b.Pause),
 		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
-		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant),
+		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant), 0,
 	}
 }
 
@@ -182,7 +190,7 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
 	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt",
-	"serverInstant"}
+	"serverInstant", "lineUntil"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -262,6 +270,32 @@ func TestModelTransitions(t *testing.T) {
 			checks: []check{
 				{2, opBound(t0+10, 1), t0 + 810},
 				{2, opAvailable(t0 + 11), 1},
+			},
+		},
+		{
+			name:  "fixed window: a late request's response from the next window says what that window has left",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 1, 1000)),
+				opTake(t0 + 990), opTake(t0 + 990), // the last slot, and one more in flight
+				opSettle(),
+				opObserve(t0+1050, 0, h(5, 4, 990)), // it arrived after Discord's reset and opened a window
+			},
+			checks: []check{
+				{4, opAvailable(t0 + 1051), 0},                 // without the response: the model's window is spent
+				{5, opRoom(t0+1051, 10), 3},                    // four left there, one still in flight
+				{5, opBound(t0+1051, 5), t0 + 1050 + 990 + 10}, // and the reset is that window's
+			},
+		},
+		{
+			name:  "fixed window: responses of one window jittered by the network keep the lowest count",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 2, 1000)),
+				opObserve(t0+120, 0, h(5, 3, 950)), // arrived 70 ms late: its reset looks 70 ms later
+			},
+			checks: []check{
+				{2, opRoom(t0+121, 10), 2},
 			},
 		},
 		{
@@ -622,8 +656,10 @@ func TestModelDifferential(t *testing.T) {
 			now += int64(rng.IntN(3)) * int64(rng.IntN(int(window/2+1)))
 			var o op
 			switch r := rng.IntN(100); {
-			case r < 25:
+			case r < 18:
 				o = opAvailable(now)
+			case r < 25:
+				o = opRoom(now, int64(1+rng.IntN(70)))
 			case r < 45:
 				o = opTake(now)
 				used = min(used+1, limit)
@@ -664,6 +700,11 @@ func TestModelDifferential(t *testing.T) {
 				o = opBound(now, int64(rng.IntN(12)))
 			case r < 97:
 				o = opSeed(int64(rng.IntN(400)))
+			case r < 98:
+				o = opRoom(now, int64(rng.IntN(70)))
+			case r < 99:
+				o = opTakeN(now, int64(rng.IntN(4)))
+				used = min(used+1, limit)
 			default:
 				o = opIdle(now)
 			}

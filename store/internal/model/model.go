@@ -228,6 +228,78 @@ func (b *Bucket) Take(now int64) {
 	}
 }
 
+// TakeN grants n slots at now, as n calls of Take would; Room must have
+// said there are that many.
+func (b *Bucket) TakeN(now, n int64) {
+	if n <= 0 {
+		return
+	}
+	b.Pending += n
+	if b.Hold > 0 {
+		b.HeldAt = max(b.HeldAt, now)
+	}
+	if !b.Known || b.Unlimited {
+		return
+	}
+	b.Remaining -= n
+	if b.ResetAt == 0 {
+		b.ResetAt = now + b.Window
+		b.Estimated = true
+	}
+}
+
+// Room returns how many slots b can grant at now one after the other, at
+// most most: how many times Available would say yes with a Take after
+// each. Like Available, it refills a fixed window whose reset has passed
+// and whose requests have all been reported. It is what a store needs to
+// grant a batch of waiters, or to tell how many slots a line keeps, in
+// one step.
+func (b *Bucket) Room(now, most int64) int64 {
+	if most <= 0 || !b.Available(now) {
+		return 0
+	}
+	switch {
+	case b.Unlimited:
+		return most
+	case b.Hold > 0 || !b.Known:
+		// One at a time: a Take puts one in flight, which closes it.
+		return 1
+	}
+	n := max(b.Remaining, 0)
+	if b.Sliding {
+		n = max(n, b.dripRoom(now, most))
+	}
+	return min(max(n, 1), most)
+}
+
+// dripRoom returns how many more requests in flight the leaky-bucket
+// model admits at now (dripFree with j more in flight, for j = 0, 1, ...),
+// at most most. The estimate from the free level is checked with the same
+// arithmetic as dripFree, so the answer is exactly the count of a loop.
+func (b *Bucket) dripRoom(now, most int64) int64 {
+	tau := b.Tau()
+	if tau <= 0 {
+		return 0
+	}
+	lvl := b.levelNow(now)
+	off := float64(b.Offset*1000) / float64(tau)
+	admits := func(j int64) bool {
+		return lvl+float64(b.Pending+j)+off+1 <= float64(b.Limit)
+	}
+	free := math.Floor(float64(b.Limit) - lvl - float64(b.Pending) - off)
+	n := int64(0)
+	if free > 0 {
+		n = int64(min(free, float64(most)))
+	}
+	for n > 0 && !admits(n-1) {
+		n--
+	}
+	for n < most && admits(n) {
+		n++
+	}
+	return n
+}
+
 // Settle counts a granted request as answered.
 func (b *Bucket) Settle() {
 	if b.Pending > 0 {
@@ -326,16 +398,24 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		b.ResetAt = reset
 		b.Window = reset - now
 	} else {
+		// A fixed window's response dated a window after the one the
+		// model counts belongs to a new window at Discord, which one of
+		// the model's last requests opened on arriving late: it says
+		// what that window has left, less the requests still in flight,
+		// which may count in it too. One dated a window before says
+		// nothing of the current one.
+		later, earlier := b.windowOf(h, reset)
 		if limit > b.Limit {
 			b.Remaining += limit - b.Limit
 		}
-		if limit < b.Limit {
-			// A lowered limit: the requests still in flight were granted
-			// under the old one and may not be counted in this response.
+		if limit < b.Limit || later {
+			// A lowered limit, or a new window: the requests still in
+			// flight were granted before and may not be counted in this
+			// response.
 			remaining -= b.Pending
 		}
 		b.Limit = limit
-		if remaining < b.Remaining {
+		if later || remaining < b.Remaining && !earlier {
 			b.Remaining = remaining
 		}
 		if b.Estimated || b.ResetAt == 0 || reset > b.ResetAt {
@@ -346,6 +426,18 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 			b.Window = w
 		}
 	}
+}
+
+// windowOf reports whether headers h of a known fixed window, whose
+// window ends at reset, date from a later window than the one b counts
+// (its end at least half a window after b's) or an earlier one.
+// Responses of one window end within the network's jitter of each other.
+func (b *Bucket) windowOf(h Headers, reset int64) (later, earlier bool) {
+	if !b.Known || b.Sliding || b.Estimated || b.ResetAt == 0 || h.ResetAfter < 0 {
+		return false, false
+	}
+	gap := max(b.Window/2, slidingGuard)
+	return reset > b.ResetAt+gap, reset < b.ResetAt-gap
 }
 
 // watchSliding compares a response with the previous one. Inside one

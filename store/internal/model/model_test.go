@@ -43,3 +43,49 @@ func FuzzObserve(f *testing.F) {
 		}
 	})
 }
+
+// TestRoomCountsTakes checks Room and TakeN against what they stand for:
+// Available and Take, one slot at a time, on buckets of every kind.
+func TestRoomCountsTakes(t *testing.T) {
+	const now = 1_700_000_000_000
+	var cases []Bucket
+	for _, limit := range []int64{1, 2, 5, 20, 200} {
+		for _, remaining := range []int64{0, 1, limit / 2, limit} {
+			for _, sliding := range []bool{false, true} {
+				for _, pending := range []int64{0, 1, 3} {
+					for _, level := range []float64{0, 0.5, float64(limit) / 2, float64(limit) - 0.25, float64(limit)} {
+						b := Bucket{Known: true, Limit: limit, Remaining: remaining, Window: 1000, Offset: 10,
+							Sliding: sliding, Pending: pending, Level: level, LevelAt: now - 37, ResetAt: now + 500}
+						cases = append(cases, b)
+						held := b
+						held.Hold, held.HeldAt = 250, now-300
+						cases = append(cases, held)
+					}
+				}
+			}
+		}
+	}
+	cases = append(cases, Bucket{}, Bucket{Probe: true}, Bucket{Pending: 1}, Bucket{Unlimited: true, Pending: 4},
+		Bucket{Known: true, Limit: 5, Remaining: 0, ResetAt: now - 1, Window: 1000},
+		Bucket{Known: true, Limit: 5, Remaining: 0, ResetAt: now - 1, Window: 1000, Pending: 1},
+		Bucket{Known: true, Limit: 5, Remaining: 3, Window: 1000, Pause: now + 10})
+	for i, b := range cases {
+		for _, most := range []int64{0, 1, 3, 64} {
+			loop := b
+			n := int64(0)
+			for n < most && loop.Available(now) {
+				loop.Take(now)
+				n++
+			}
+			got := b
+			if r := got.Room(now, most); r != n {
+				t.Errorf("case %d %+v: Room(now, %d) = %d; Available/Take grant %d", i, b, most, r, n)
+				continue
+			}
+			got.TakeN(now, n)
+			if got != loop {
+				t.Errorf("case %d: TakeN(%d) = %+v; %d Takes = %+v", i, n, got, n, loop)
+			}
+		}
+	}
+}
