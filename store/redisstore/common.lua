@@ -1,14 +1,12 @@
--- Prepended to claim.lua and update.lua, after model.lua.
+-- The helpers every function of the library shares, after model.lua.
 --
--- now is Redis's clock in whole milliseconds: one clock for every process,
--- whatever their hosts' clocks say. The last argument of every script may
--- name another clock (tests drive the scripts with a fake one); 0 means
--- Redis TIME.
-local now = tonumber(ARGV[#ARGV]) or 0
-if now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- KEYS and ARGV are the keys and arguments of the call being run, and now
+-- Redis's clock in whole milliseconds: one clock for every process,
+-- whatever their hosts' clocks say. The last argument of every call may
+-- name another clock (tests drive the functions with a fake one); 0 means
+-- Redis TIME. begin sets them, and empties what a call keeps, at the start
+-- of each call: Redis runs one call at a time.
+local KEYS, ARGV, now
 
 -- ceil rounds up, and negative values to 0.
 local function ceil(x)
@@ -18,21 +16,33 @@ end
 
 -- extend makes key live at least ms longer, never shortening its TTL: GT
 -- sets a TTL longer than the key's, NX one on a key without any (just
--- created). fresh tries NX first, for a key that is likely new.
-local function extend(key, ms, fresh)
-  if fresh then
-    if redis.call('PEXPIRE', key, ms, 'NX') == 1 then return end
-    redis.call('PEXPIRE', key, ms, 'GT')
-    return
-  end
+-- created).
+local function extend(key, ms)
   if redis.call('PEXPIRE', key, ms, 'GT') == 1 then return end
   redis.call('PEXPIRE', key, ms, 'NX')
 end
 
--- The buckets and the credential a step reads are read from Redis once and
--- written back once, at the end of the step (flush).
-local buckets, bucketOrder = {}, {}
-local credKey, credState, credDirty = nil, nil, false
+-- chunked calls cmd with the fixed arguments head and then args, at most
+-- 1000 of args per call (Lua's stack bounds unpack), and returns the
+-- replies of the calls joined.
+local function chunked(cmd, head, args)
+  local out = {}
+  for i = 1, #args, 1000 do
+    local call = {cmd}
+    for _, h in ipairs(head) do call[#call + 1] = h end
+    for j = i, math.min(i + 999, #args) do call[#call + 1] = args[j] end
+    local r = redis.call(unpack(call))
+    if type(r) == 'table' then
+      for _, x in ipairs(r) do out[#out + 1] = x end
+    end
+  end
+  return out
+end
+
+-- The buckets and the credential a script reads are read from Redis once and
+-- written back once, at the end of the script (flush).
+local buckets, bucketOrder
+local credKey, credState, credDirty
 
 -- loadBucket returns the model state kept at key, and whether there was
 -- any; a new bucket of kind (0 learned, 1 probe, 2 none) otherwise.
@@ -57,7 +67,7 @@ local function loadBucket(key, kind)
   return e.b, e.found
 end
 
--- saveBucket has b kept at key, at the end of the step, until ttl after
+-- saveBucket has b kept at key, at the end of the script, until ttl after
 -- the last moment it matters: its reset, its pause or its pending permits'
 -- timeout.
 local function saveBucket(key, b, ttl)
@@ -70,14 +80,24 @@ local function saveBucket(key, b, ttl)
   e.b, e.ttl = b, ttl
 end
 
--- loadCred returns the credential's deadlines kept at key.
+-- loadCred returns the credential's deadlines kept at key: pause (a global
+-- 429), unauthorized (a 401), the moments until which the TTLs of the
+-- global window (gexp) and of the routes (rexp) were last set, so that a
+-- TTL is set when its horizon moves rather than on every call, and until
+-- when processes may wait in the global window's line (glu).
 local function loadCred(key)
   if not credState then
-    local f = redis.call('HMGET', key, 'gpause', 'unauth')
+    local f = redis.call('HMGET', key, 'gpause', 'unauth', 'gexp', 'rexp', 'glu')
     credKey = key
-    credState = {pause = tonumber(f[1]) or 0, unauthorized = tonumber(f[2]) or 0}
+    credState = {pause = tonumber(f[1]) or 0, unauthorized = tonumber(f[2]) or 0,
+      gexp = tonumber(f[3]) or 0, rexp = tonumber(f[4]) or 0, glu = tonumber(f[5]) or 0}
   end
   return credState
+end
+
+-- saveCred has the credential's deadlines written at the end of the script.
+local function saveCred()
+  credDirty = true
 end
 
 -- refusal returns the reply that refuses a claim while a cooldown lasts,
@@ -100,12 +120,230 @@ local function routeHash(routes, route)
   return redis.call('HGET', routes, route) or ''
 end
 
--- saveCred has the credential's deadlines written at the end of the step.
-local function saveCred()
-  credDirty = true
+-- touchRoutes keeps the routes key (c the credential) for ttl after its
+-- last use, renewing its TTL only once half of it has passed.
+local function touchRoutes(routes, c, ttl)
+  if c.rexp - now < ttl / 2 then
+    redis.call('PEXPIRE', routes, ttl)
+    c.rexp = now + ttl
+    saveCred()
+  end
 end
 
--- flush writes what the step changed.
+-- GLOBAL_KEEP is how much longer than its latest entry's window the global
+-- window's key is kept, so that its TTL is renewed about once a minute.
+local GLOBAL_KEEP = 60000
+
+-- touchGlobal keeps the global window (key, c the credential) until
+-- horizon at least, renewing its TTL only when horizon passes the last one
+-- set. The TTL is set after the entries are added: a key just created gets
+-- one at once.
+local function touchGlobal(key, c, horizon)
+  if horizon + 1000 > c.gexp then
+    c.gexp = horizon + GLOBAL_KEEP
+    redis.call('PEXPIRE', key, ceil(c.gexp - now))
+    saveCred()
+  end
+end
+
+-- slotOf returns when the n-th grant from now (counting those that the
+-- holders of the line ahead keep) can go by the global window key, which
+-- holds cnt entries that count (limit per window ms, each request
+-- reaching Discord within hold ms of its grant), and whether that time is
+-- exact: the entry that bounds it is final (its request answered, or its
+-- hold ran out). Otherwise it is a lower bound.
+local function slotOf(key, cnt, limit, window, hold, n)
+  local idx = cnt - limit + n
+  if idx <= 0 then return now, true end
+  local m = 0
+  if idx > cnt then
+    -- Bounded by grants not made yet: each goes a window after one that
+    -- is made.
+    m = math.ceil((idx - cnt) / limit)
+    idx = idx - m * limit
+    if idx <= 0 then return now + m * window, false end
+  end
+  local e = redis.call('ZRANGE', key, idx - 1, idx - 1, 'WITHSCORES')
+  local s = tonumber(e[2]) or now
+  if s <= now and m == 0 then return s + window, true end
+  return math.max(now, s - hold + window + m * window), false
+end
+
+-- Lines. A line is the order in which processes wait for a counter (a
+-- bucket, the global window): a sorted set of process ids by order key
+-- (the moment the process took its place, less URGENT for a process whose
+-- waiters are urgent, so that those come first), and a hash of each one's
+-- ticket, "want|expiry|lane": how many slots it waits for, until when the
+-- ticket holds, and whether it is urgent (1). A ticket that expired holds
+-- nothing and is dropped when read. The hash's field "_h" is the moment
+-- until which the TTLs of both keys were last set.
+local URGENT = 2 ^ 40
+local LINE_TTL = 600000
+
+local lines
+
+-- lineLoad returns the line kept at keys L (order) and D (tickets), read
+-- once per script: its valid holders in order, their wants, lanes and
+-- positions.
+local function lineLoad(L, D)
+  local line = lines[L]
+  if line then return line end
+  line = {L = L, D = D, ids = {}, want = {}, lane = {}, exp = {}, pos = {}}
+  lines[L] = line
+  local ids = redis.call('ZRANGE', L, 0, -1)
+  if #ids == 0 then return line end
+  local fields = {}
+  for i, id in ipairs(ids) do fields[i] = id end
+  fields[#ids + 1] = '_h'
+  local data = chunked('HMGET', {D}, fields)
+  line.h = tonumber(data[#ids + 1]) or 0
+  local gone = {}
+  for i, id in ipairs(ids) do
+    local v = data[i]
+    local w, exp, lane = nil, nil, nil
+    if v then w, exp, lane = string.match(v, '^(%d+)|(%d+)|(%d)$') end
+    if w and tonumber(exp) > now then
+      local j = #line.ids + 1
+      line.ids[j], line.want[j], line.lane[j], line.exp[j], line.pos[id] = id, tonumber(w), lane == '1', tonumber(exp), j
+    else
+      gone[#gone + 1] = id
+    end
+  end
+  if #gone > 0 then
+    chunked('ZREM', {L}, gone)
+    chunked('HDEL', {D}, gone)
+  end
+  return line
+end
+
+-- lineEmpty returns the line kept at keys L and D, known to hold no
+-- ticket (its counter says nobody waits), without reading it.
+local function lineEmpty(L, D)
+  local line = lines[L]
+  if line then return line end
+  line = {L = L, D = D, ids = {}, want = {}, lane = {}, exp = {}, pos = {}}
+  lines[L] = line
+  return line
+end
+
+-- lineAhead returns how many slots the holders of line ahead of id keep,
+-- where id stands or, when it holds no ticket or changes lanes, would
+-- stand (an urgent ticket behind the urgent ones only), and id's position
+-- (nil when none).
+local function lineAhead(line, id, urgent)
+  local p = line.pos[id]
+  if p and line.lane[p] ~= urgent then p = nil end
+  local sum = 0
+  for j = 1, #line.ids do
+    if j == p or urgent and not line.lane[j] then break end
+    if line.ids[j] ~= id then sum = sum + line.want[j] end
+  end
+  return sum, line.pos[id]
+end
+
+-- lineTotal returns how many slots every holder of line keeps.
+local function lineTotal(line)
+  local sum = 0
+  for j = 1, #line.ids do sum = sum + line.want[j] end
+  return sum
+end
+
+-- lineRetime makes the ticket of id, a holder of line told its turn comes
+-- later than it expected, hold until expiry at least.
+local function lineRetime(line, id, expiry)
+  local p = line.pos[id]
+  if not p or line.exp[p] >= expiry then return end
+  line.exp[p] = expiry
+  local lane = '0'
+  if line.lane[p] then lane = '1' end
+  redis.call('HSET', line.D, id, line.want[p] .. '|' .. math.floor(expiry) .. '|' .. lane)
+end
+
+-- A process holds up to two tickets in a line: its id for its normal
+-- waiters and its id and "!" for its urgent ones, which stand ahead of
+-- every normal ticket. owner returns the process of a ticket.
+local function owner(member)
+  if string.sub(member, -1) == '!' then return string.sub(member, 1, -2) end
+  return member
+end
+
+-- lineOthers reports whether a ticket of another process than id waits in
+-- line.
+local function lineOthers(line, id)
+  for _, m in ipairs(line.ids) do
+    if m ~= id and m ~= id .. '!' then return true end
+  end
+  return false
+end
+
+-- lineJoin gives the ticket id (see owner) want slots until expiry, in
+-- the urgent lane or not. A ticket keeps its place unless it goes to the
+-- back (again: it was served in part); a new place is at now.
+local function lineJoin(line, id, want, expiry, urgent, again)
+  local p = line.pos[id]
+  if not p or again then
+    local order = now
+    if urgent then order = now - URGENT end
+    redis.call('ZADD', line.L, order, id)
+  end
+  local lane = '0'
+  if urgent then lane = '1' end
+  redis.call('HSET', line.D, id, math.max(1, want) .. '|' .. math.floor(expiry) .. '|' .. lane)
+  if not line.h then line.h = tonumber(redis.call('HGET', line.D, '_h')) or 0 end
+  if expiry + 1000 > line.h then
+    line.h = expiry + LINE_TTL
+    redis.call('HSET', line.D, '_h', line.h)
+    redis.call('PEXPIRE', line.L, ceil(line.h - now))
+    redis.call('PEXPIRE', line.D, ceil(line.h - now))
+  end
+end
+
+-- lineLeave takes id's ticket out of line.
+local function lineLeave(line, id)
+  if line.pos[id] then
+    redis.call('ZREM', line.L, id)
+    redis.call('HDEL', line.D, id)
+  end
+end
+
+-- Pushes. A process that waits in a line for what only another process's
+-- report can end (a response, a slot given back), or whose turn the
+-- holders ahead of it moved, is told through its own channel, chan .. its
+-- id: the message names the credential (tag), the line, and in how many
+-- ms its turn comes (0: now). Each holder is told once per call.
+local pushed
+
+local function push(chan, tag, id, name, at)
+  local k = id .. '\0' .. name
+  if pushed[k] then return end
+  pushed[k] = true
+  redis.call('PUBLISH', chan .. id, tag .. ' ' .. name .. ' ' .. math.max(0, math.ceil(at or 0)))
+end
+
+-- pushHeads tells the processes of the first n tickets of line that are
+-- not process except's that their turn may have come.
+local function pushHeads(chan, tag, line, name, n, except)
+  local told = 0
+  for _, m in ipairs(line.ids) do
+    if told >= n then return end
+    local id = owner(m)
+    if id ~= except then
+      push(chan, tag, id, name, 0)
+      told = told + 1
+    end
+  end
+end
+
+-- firstOther returns the first ticket of line that is not process
+-- except's, or nil.
+local function firstOther(line, except)
+  for _, m in ipairs(line.ids) do
+    if owner(m) ~= except then return m end
+  end
+  return nil
+end
+
+-- flush writes what the script changed.
 local function flush()
   for _, key in ipairs(bucketOrder) do
     local e = buckets[key]
@@ -119,7 +357,20 @@ local function flush()
   end
   if credDirty then
     local c = credState
-    redis.call('HSET', credKey, 'gpause', c.pause, 'unauth', c.unauthorized)
-    extend(credKey, ceil(math.max(c.pause, c.unauthorized) - now) + 1000)
+    redis.call('HSET', credKey, 'gpause', c.pause, 'unauth', c.unauthorized, 'gexp', c.gexp, 'rexp', c.rexp, 'glu', c.glu)
+    extend(credKey, ceil(math.max(c.pause, c.unauthorized, c.gexp, c.rexp, c.glu) - now) + 1000)
   end
+end
+
+-- begin starts a call of keys and args.
+local function begin(keys, args)
+  KEYS, ARGV = keys, args
+  now = tonumber(args[#args]) or 0
+  if now <= 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  buckets, bucketOrder = {}, {}
+  credKey, credState, credDirty = nil, nil, false
+  lines, pushed = {}, {}
 end

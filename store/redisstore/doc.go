@@ -10,119 +10,155 @@
 //
 // [New] accepts any [redis.UniversalClient]: a plain client, a ring or a
 // cluster client. Every process that uses the same server and prefix shares
-// the same limits. Redis 7 or later is required ([ZADD] with LT, script
-// effects replication).
+// the same limits. Redis 7 or later is required: the Store loads its Lua
+// code once as a function library ([FUNCTION LOAD]) and calls it with
+// FCALL, loading it again on a server that lost it (a restart, a new
+// cluster node). Processes that share a prefix must run the same version
+// of this package: the layout of the keys may change between versions.
 //
 // # Key layout
 //
 // All keys of one credential share one hash tag, the first 128 bits of the
 // SHA-256 digest of the credential (itself a keyed hash of the token, never
-// the token). So every script touches keys of one Redis Cluster slot, a
-// claim is one atomic script over the bucket and the global window, and a
+// the token). So every call touches keys of one Redis Cluster slot, a
+// claim is one atomic call over the bucket and the global window, and a
 // cluster spreads credentials over its shards. With P the prefix and T the
 // tag:
 //
-//	P:{T}:r        HASH   route template -> learned bucket hash ("\x00": no bucket); TTL 1 h after last use
+//	P:{T}:r        HASH   route template -> learned bucket hash ("\x00": no bucket); TTL 1 h after
+//	                      last use, renewed once half of it has passed
 //	P:{T}:c        HASH   gpause, unauth: deadlines of the global pause and of a 401 cooldown
-//	                      (blocks are per IP, see P:{E}:e); TTL until the last + 1 s
+//	                      (blocks are per IP, see P:{E}:e); gexp, rexp: until when the TTLs of
+//	                      P:{T}:g and P:{T}:r were last set; glu: until when processes may wait
+//	                      in the global window's line; TTL until the last of them + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
-//	                      (grant + offset, lowered to the response time; a reserved grant lies
-//	                      in the future); TTL delay + offset + window + 1 s
+//	                      (grant + hold, lowered to the response time; a reserved grant lies
+//	                      in the future); TTL a minute past its latest entry, set when that moves
 //	P:{T}:d:<M>    STRING present while a token-authenticated major answered 401/404; TTL the cooldown
 //	P:{T}:s:<K>    HASH   the claims of one kind (see store.Claim.Kind), which go one at a time
 //	                      for every process, K a digest of (route, major, kind): until (a hidden
-//	                      sublimit's 429 holds them until then), busy (one is out: its timeout);
-//	                      TTL until + retry_after, and while one is out
-//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, one MessagePack array (see
+//	                      sublimit's 429 holds them until then), busy (one is out: its timeout),
+//	                      w<S> (Store S waits for the one that is out); TTL until + retry_after,
+//	                      and while one is out
+//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 28 packed doubles (see
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
 //	                      not known yet (discounted when a bucket is learned); TTL pending timeout
-//	P:{T}:a:<S>    STRING the number of the last update of Store S applied; TTL 1 h
-//	P:{T}:l:<Q>    STRING the permit id prefix of the last grant of process queue Q; TTL pending timeout
-//	P:{T}:w:<B>    ZSET   process queues waiting on the counter -> arrival (tickets)
-//	P:{T}:x:<B>    ZSET   the same tickets -> expiry; both TTL the longest ticket + 1 s
+//	P:{T}:p:<S>    STRING what Redis knows of Store S: the number of its last call and of its
+//	                      last report applied, and what each claim of that call was granted; TTL 1 h
+//	P:{T}:w:<B>    ZSET   the line of counter B (or "g", the global window): tickets of the
+//	                      processes waiting for it -> the moment each took its place (less 2^40
+//	                      for an urgent ticket, so that those come first)
+//	P:{T}:t:<B>    HASH   the same tickets -> "want|expiry|lane", and "_h": until when both
+//	                      keys' TTLs were set; both TTL 10 minutes past the latest ticket
 //	P:{G}:i        HASH   invalid responses of a group of processes per 10-second slot, G a
 //	                      digest of the group ([WithInvalidGroup]); TTL 10 min 20 s
 //	P:{E}:e        HASH   Cloudflare blocks of the group, E a digest of it: gate key (a route
 //	                      template, or "*" for every route) -> "until|probe lease end|strikes|
 //	                      probe id"; a gate lasts until a probe passes; TTL a day past the last
-//	P:edge:<E>     channel notes that the blocks changed ("b", the pause and the key when a
-//	                      process met a block); every process follows it from its first Acquire
+//	P:edge:<E>     channel notes of the group: the blocks changed ("b", the pause and the key
+//	                      when a process met a block), the count of invalid responses crossed an
+//	                      eighth of the budget ("i", the count, when its oldest stops counting)
+//	P:n:<S>        channel pushes to Store S: "<T> <B> <ms>", its turn in a line of credential
+//	                      T came or moved (see below)
 //
 // M is a digest of the major parameter, S the random id of a Store. B names a counter: "h" and a digest
 // of (bucket hash, major) once the route's bucket is known, "r" and a
 // digest of (route, major) for the probe of a route whose bucket is not
 // known yet, "n" for the credential's routes without a bucket. Route
 // templates and bucket hashes are stored as they are: neither contains a
-// secret. Digests keep key names short and free of braces.
+// secret. Digests keep key names short and free of braces. Every key has a
+// TTL, set when the key is created or its horizon moves, not on every call.
 //
 // # Whose clock
 //
-// The scripts read the time with Redis TIME, and every deadline stored in
-// Redis is a Redis time. Processes only ever send and receive durations
-// (Reset-After, Retry-After, the offset, how long to wait), which they
-// measure with their own monotonic clocks. Hosts whose wall clocks disagree
-// by seconds therefore still agree on every window, and no deadline depends
-// on which process wrote it. Relative TTLs alone could not express a window
-// that refills only once its requests were reported, nor a sliding global
-// window; one clock (the server's) can. Redis 7 replicates the effects of
-// scripts, not the scripts, so reading TIME is safe on replicas too.
+// The library's functions read the time with Redis TIME, and every
+// deadline stored in Redis is a Redis time. Processes only ever send and
+// receive durations (Reset-After, Retry-After, the offset, how long ago a
+// response arrived, how long to wait), which they measure with their own
+// monotonic clocks. Hosts whose wall clocks disagree by seconds therefore
+// still agree on every window, and no deadline depends on which process
+// wrote it. Relative TTLs alone could not express a window that refills
+// only once its requests were reported, nor a sliding global window; one
+// clock (the server's) can. Redis 7 replicates the effects of functions,
+// not the functions' calls, so reading TIME is safe on replicas too.
 //
-// # Waiting without a herd
+// # One round trip for a credential
 //
-// Waiters queue in this process in a FIFO per (credential, route, major).
-// Only the queue's driver calls the claim script, for the waiters at its
-// front: a claim may grant several slots at once (up to [WithMaxBatch]),
-// so Redis traffic does not grow with the goroutines. A refused claim
-// returns how long to sleep: until the reset (or a pause) when time alone
-// opens the bucket, or a short poll when only a response can (a window
-// whose requests are not all reported, a probe in flight); a report
-// through the same Store wakes the queues it concerns at once.
+// A Store keeps a session per credential it serves: the queues of its
+// waiters (a FIFO per route, major and kind, in two lanes), the reports of
+// its responses that Redis has not applied yet, and what the last replies
+// said about when to ask again. One goroutine, the session's driver, calls
+// Redis for the credential, one call at a time: each call carries the
+// reports gathered so far, in order, and the claims of every queue whose
+// turn may have come, each for as many of its waiters as it has (up to
+// [WithMaxBatch]) and, on a hot route no other process waits on, a few
+// slots more (a lease, [WithLease]). So Redis traffic grows with neither
+// the goroutines nor the routes: one call serves every queue of the
+// credential, and a report rides on the next claim. A report nobody waits
+// for waits up to 20 ms for one; a 429, a spent bucket, a limit lowered or
+// a slot given back goes within a millisecond.
 //
-// Across processes, a queue refused on a known bucket takes a ticket: a
-// place in a per-bucket line kept in Redis, in arrival order. Each ticket
-// ahead of a claim keeps one slot of the window for its queue, and what is
-// left is shared evenly with the tickets behind; a queue served in part
-// goes to the back of the line. Tickets also spread the wake-ups: a queue
-// far back sleeps one more window per limit of tickets ahead of it. So
+// A report says how long ago its response arrived: what a response says
+// dates from its arrival, however long it waited to be sent.
+//
+// # Waiting: told, not polled
+//
+// A refused claim learns until when it waits: a reset, a pause, the next
+// drip of a sliding window, the next opening of the global window, or its
+// turn in a line (below). Its process keeps that in memory: a waiter whose
+// deadline or MaxWait comes before the end of a wait it knows, and a NoWait
+// claim while one lasts, fail at once, and an estimate ([Store.Estimate])
+// under one costs no command. Nobody asks again before it ends, unless
+// told.
+//
+// Across processes, a refused claim takes a ticket in the line of what
+// refused it: its bucket's (per bucket and major) or the global window's.
+// A line orders the processes waiting for a counter by the moment they
+// took their place, urgent tickets first (a process holds one ticket per
+// lane). Each ticket ahead of a claim keeps the slots it waits for; a
+// turn takes an even share of the counter's window while others wait, at
+// least four slots (or what it waits for, if less), so that a turn is
+// worth its round trips; a ticket served in part goes to the back. So
 // processes are served in arrival order within a window's slack, and none
-// starves. Tickets expire shortly after their queue stops claiming.
+// starves. A ticket expires when its holder does not claim it within
+// [WithTicketGrace] of its expected turn.
 //
-// The global limit has a line of its own: a claim that finds the window
-// full reserves the next slot that opens (see below), so that waiters of
-// every process bound by the global limit are served in claim order with
-// one claim each, instead of all waking when a slot opens.
+// A process is told of its turn: whatever frees a slot (another process's
+// response, a slot given back) and whatever moves a turn (the process
+// ahead took its turn and left room, or left the next opening) publishes a
+// push on the channel of the processes concerned, with in how long their
+// turn comes; the first process of a line also wakes by itself when time
+// alone opens the counter (a reset, a drip). Only the processes whose turn
+// it is are told, so a push costs Redis one delivery however many
+// processes share the credential. A process told of its turn while none of
+// its waiters is left gives its place up, and the next one is told.
+// Pub/sub delivers at most once: a subscription that was down has every
+// queue ask again, and every wait has a fallback of its own
+// ([WithPushWait]), so a lost push costs time, never a wrong grant.
 //
-// # One round trip
-//
-// One script, step.lua, applies a credential's updates in order and then
-// claims for one of its queues, so a process's reports travel with its
-// next claim: a request costs one round trip, not two. An update that no
-// claim carries within 2 ms is written by the outbox's writer, with the
-// other updates of its credential in the same script call. Refusals Redis
-// reported for a credential or a webhook (a 401, a gone webhook) are
-// refused in the process until their cooldown ends, without a call. The
-// load benchmark prints the commands and the Redis CPU time per request
-// (see the README).
+// When the global window is full but the bucket is not, a claim reserves
+// the next openings whose moment is exact (the request that bounds each
+// has answered): its waiters go then, each with one claim, however many
+// processes wait for the window.
 //
 // # Guarantees and approximations
 //
 // The semantics are those of store/memstore, proven by the same conformance
 // suite (store/storetest), with these differences:
 //   - FIFO is strict within a process queue; across processes and between
-//     routes sharing a bucket it is approximate (tickets, see above).
+//     routes sharing a bucket it is approximate (lines, see above).
 //   - A request's global slot and its bucket slot are taken in one atomic
-//     step. When the global window is full and the request that bounds it
-//     has answered, the moment the next global slot opens is exact: the
-//     claim reserves it, and the waiter holds its bucket slot until then
-//     (or gives both back if it gives up first). Otherwise a waiter
-//     blocked by the global limit holds no bucket slot.
+//     step. A reserved slot holds its bucket slot until it opens (or gives
+//     both back if its waiter gives up first). Otherwise a waiter blocked
+//     by the global limit holds no bucket slot.
 //   - The invalid-request guard counts for a group of processes
 //     ([WithInvalidGroup]; by default every process of the prefix), as
-//     Discord counts per IP address, on a key of its own. A process refuses
-//     at once on its own invalid responses and within about a second on
-//     those of the other processes of its group (it reads the group's count
-//     at most once a second while it sends requests).
+//     Discord counts per IP address, on a key of its own. A process writes
+//     its own invalid responses at most once a second and refuses at once
+//     on them; it learns the group's count from the note of the process
+//     whose write crossed an eighth of the budget, and reads it every
+//     second while it is past half the budget.
 //   - The rules of buckets are the same as the memory store's: model.lua
 //     implements store/internal/model function by function, and a table of
 //     transitions and a randomized differential test hold the two to the
@@ -130,6 +166,11 @@
 //   - A granted request whose report never comes is forgotten after the
 //     pending timeout ([WithPendingTimeout]), so a crashed process cannot
 //     block a bucket forever.
+//   - A call whose reply was lost (it timed out, the connection broke) may
+//     have run, now or later: the next call of the same credential undoes
+//     it if it ran, giving back what it granted, and a late copy of it does
+//     nothing once a later call ran. Reports carry numbers, so one sent
+//     again is applied once.
 //
 // # Failure policy
 //
@@ -155,23 +196,14 @@
 // context.
 //
 // A report ([store.Reservation.Report]) never waits for Redis, so no
-// response is held by it. The update of a permit granted through Redis joins an outbox owned by the Store,
-// bounded ([WithOutboxLimit]; when full the oldest update is dropped and
-// counted in [Stats].Dropped) and written in order by a goroutine of the
-// Store, several updates per call. Updates that could not be written stay
-// queued and are written, in order, once Redis answers again. Each update
-// carries a number, in the order of the process's updates, and Redis keeps
-// the last number it applied per process: an update sent again after a
-// call that timed out but ran is skipped, so no request is counted twice
-// and no slot given back twice. A queue's claim carries the updates of its
-// credential already queued, or waits until they are written, so that what
-// a response taught (a 429's pause, a slot given back, a learned bucket)
-// is seen by the next claim; queues waiting for a response are woken once
-// its update is written. Close writes what it can within twice the call
-// timeout and logs how many updates it dropped. A claim whose reply was
-// lost (it timed out, or the connection broke) may still run in Redis
-// later: the slots it may have taken are given back through the outbox, so
-// they do not hold a bucket until the pending timeout.
+// response is held by it. It joins its credential's session, bounded
+// ([WithOutboxLimit] per credential; when full the oldest report is
+// dropped and counted in [Stats].Dropped), and travels with the session's
+// next call. Reports that could not be sent stay queued and are sent, in
+// order, once Redis answers again; a claim always carries the reports
+// queued before it, so what a response taught (a 429's pause, a slot given
+// back, a learned bucket) is seen by the claim. Close sends what it can
+// within twice the call timeout and logs how many reports it dropped.
 //
 // # What the local limiter and Redis owe each other
 //
@@ -212,5 +244,5 @@
 // the guarantee holds for outages that every process sees, as a stopped or
 // stalled server is.
 //
-// [ZADD]: https://redis.io/docs/latest/commands/zadd/
+// [FUNCTION LOAD]: https://redis.io/docs/latest/commands/function-load/
 package redisstore

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ratecord/ratecord/store/internal/edge"
 )
 
@@ -34,7 +32,7 @@ func (s *Store) edgeChannel() string {
 
 func (r edgeRemote) run(ctx context.Context, args ...any) (any, error) {
 	args = append(args, r.s.clockArg())
-	return edgeScript.Run(ctx, r.s.client, []string{r.s.edgeKey()}, args...).Result()
+	return r.s.fcall(ctx, fnEdge, []string{r.s.edgeKey()}, args...).Result()
 }
 
 // publish tells the other processes that the gates changed.
@@ -101,52 +99,6 @@ func (s *Store) readGates(ctx context.Context) error {
 	}
 	s.gates.Replace(sts, at)
 	return nil
-}
-
-// watchGates follows the store's channel until the Store closes: each note,
-// and each (re)subscription, reads the gates again.
-func (s *Store) watchGates() {
-	defer s.wg.Done()
-	ps := s.client.Subscribe(s.ctx, s.edgeChannel())
-	// A read of the subscription does not end with its context: closing
-	// the subscription ends it.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-s.done:
-		case <-stop:
-		}
-		_ = ps.Close()
-	}()
-	for {
-		msg, err := ps.Receive(s.ctx)
-		if s.ctx.Err() != nil {
-			return
-		}
-		switch m := msg.(type) {
-		case *redis.Message:
-			if st, ok := parseBlockNote(m.Payload); ok {
-				// The hash may not hold the block yet: a note follows
-				// once it does.
-				s.gates.Merge([]edge.State{st}, time.Now())
-				continue
-			}
-			_ = s.readGates(s.ctx)
-			continue
-		case *redis.Subscription:
-			_ = s.readGates(s.ctx)
-			continue
-		}
-		if err != nil {
-			// The subscription reconnects on the next Receive; do not spin.
-			select {
-			case <-s.done:
-				return
-			case <-time.After(s.probeEvery):
-			}
-		}
-	}
 }
 
 // parseBlockNote reads the note a process publishes when it meets a block:

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,31 +47,31 @@ func (s *Store) bounded(parent context.Context, f func(ctx context.Context) erro
 	return true, err
 }
 
-// call runs f for the driver of q within the call timeout. When Redis does
-// not answer in time, the failure policy applies at once, while f may go
-// on: under [FailOpen] the Store falls back to its local limiter (failed
-// hands every waiter over); under [FailClosed] the waiters of q fail with
-// [ErrUnavailable], and so do the new ones until f returns.
-func (s *Store) call(q *lqueue, f func(ctx context.Context) error) (bool, error) {
+// call runs f for the driver of ss within the call timeout. When Redis
+// does not answer in time, the failure policy applies at once, while f may
+// go on: under [FailOpen] the Store falls back to its local limiter
+// (failed hands every waiter over); under [FailClosed] the waiters of ss
+// fail with [ErrUnavailable], and so do the new ones until f returns.
+func (s *Store) call(ss *session, f func(ctx context.Context) error) (bool, error) {
 	stalled, err := s.bounded(s.ctx, f, func() {
+		s.stalled.Add(1)
 		s.failed(errStalled)
 		if s.policy != FailClosed {
 			return
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		q.stalled = true
-		for _, w := range q.waiters {
-			w.err = unavailable("claim", errStalled)
-			q.settle(w, failed)
+		for _, q := range ss.queues {
+			for _, w := range q.waiters {
+				w.err = unavailable("claim", errStalled)
+				q.settle(w, failed)
+			}
+			clear(q.waiters)
+			q.waiters = q.waiters[:0]
 		}
-		clear(q.waiters)
-		q.waiters = q.waiters[:0]
 	})
 	if stalled {
-		s.mu.Lock()
-		q.stalled = false
-		s.mu.Unlock()
+		s.stalled.Add(-1)
 	}
 	return stalled, err
 }
@@ -201,30 +201,53 @@ func answered(err error) bool {
 	return errors.As(err, &oerr) && oerr.Op == "dial"
 }
 
-// orphans gives back, through the outbox, the slots that a claim of n
-// waiters like head with permit ids prefix+i may have been granted when
-// its reply was lost: Redis may run it late, and nobody would report those
-// permits before the pending timeout. The claim named the bucket of guess
-// and the route's probe bucket. Redis gives them back only if that claim
-// ran (it was the queue's last grant), and a permit of a bucket that did
-// not grant it changes nothing but its count of pending permits.
-func (s *Store) orphans(q *lqueue, head *store.Claim, guess string, n int, prefix string) {
-	kinds := []int{kindProbe}
-	switch guess {
-	case "":
-	case noBucket:
-		kinds = append(kinds, kindNone)
-	default:
-		kinds = append(kinds, kindLearned)
+// failed counts a Redis error and applies the failure policy to the Store
+// as a whole. Under [FailOpen] it switches to the local limiter and hands
+// it every waiter at once: their drivers may still be inside a Redis call
+// that stalls.
+func (s *Store) failed(err error) {
+	s.errs.Add(1)
+	if s.policy != FailOpen || errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+		return
 	}
-	for i := 1; i <= n; i++ {
-		for _, kind := range kinds {
-			h := &permit{cred: q.key.cred, route: q.key.route, major: q.key.major, sub: q.key.kind,
-				kind: kind, member: prefix + strconv.Itoa(i), global: head.Global, tokenAuth: head.TokenAuth, qid: q.id}
-			if kind == kindLearned {
-				h.hash = guess
-			}
-			_ = s.enqueue(h, store.Update{})
+	s.mu.Lock()
+	if s.degraded.Load() {
+		s.mu.Unlock()
+		return
+	}
+	s.fellAt = time.Now()
+	s.graceUntil = time.Time{}
+	s.degraded.Store(true)
+	for _, ss := range s.sessions {
+		s.handOver(ss)
+		ss.kick()
+	}
+	if !s.probing && !s.closed {
+		s.probing = true
+		s.wg.Add(1)
+		go s.probe()
+	}
+	s.mu.Unlock()
+	s.fallbacks.Add(1)
+	s.log.LogAttrs(context.Background(), slogWarn, "ratecord: redis unavailable, limiting locally",
+		attrErr(err), attrShare(s.share))
+	if s.onFallback != nil {
+		s.onFallback(err)
+	}
+}
+
+// permanent reports whether err is an error reply that sending the same
+// command again would not change; connection errors, timeouts and the
+// replies of a server that is loading, busy or failing over are not.
+func permanent(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) || errors.Is(err, redis.Nil) {
+		return false
+	}
+	for _, p := range []string{"NOSCRIPT", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "MOVED", "ASK"} {
+		if strings.HasPrefix(rerr.Error(), p) {
+			return false
 		}
 	}
+	return true
 }

@@ -8,7 +8,10 @@ import (
 	"github.com/ratecord/ratecord/store"
 )
 
-const slogWarn = slog.LevelWarn
+const (
+	slogWarn  = slog.LevelWarn
+	slogError = slog.LevelError
+)
 
 func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
@@ -76,7 +79,7 @@ func (s *Store) probe() {
 			s.mu.Lock()
 			s.recovered(time.Now())
 			s.mu.Unlock()
-			poke(s.out.retry)
+			s.resync()
 			s.recoveries.Add(1)
 			s.log.LogAttrs(context.Background(), slog.LevelInfo, "ratecord: redis available again, limiting through it")
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,36 +17,45 @@ import (
 //
 // The count lives on a key of its own (its own hash tag: it spans
 // credentials, so no claim can read it atomically). A process writes its
-// invalid responses there as they come and reads the group's count at most
-// once a second while it sends requests; between reads it adds what it
-// counted itself, so it refuses at once on its own responses and within
-// about a second on those of other processes.
+// invalid responses there as they come, at most once a second, and learns
+// the group's count without asking: it reads it when its subscription to
+// the group's channel starts, and the process whose write makes the count
+// cross an eighth of the budget publishes the count there. Between those,
+// a process adds what it counted itself, so it refuses at once on its own
+// responses and, on those of the others, as soon as the note arrives.
+// While the count is past half the budget, a process that sends requests
+// reads it every second as well, to learn when old responses stop
+// counting.
 type invalidGuard struct {
 	mu      sync.Mutex // guards every field below
-	known   int        // the group's count at the last read
+	known   int        // the group's count at the last read or note
 	freeAt  time.Time  // when the oldest counted response stops counting
 	pending int        // counted here, not written yet
-	readAt  time.Time  // the last read
+	readAt  time.Time  // the last read or note
 	active  time.Time  // the last claim checked
 	running bool       // the writer goroutine runs
 	kick    chan struct{}
 }
 
-// invalidRead is how often the group's count is read while requests flow.
+// invalidRead is how often the group's count is read while it is past
+// half the budget and requests flow.
 const invalidRead = time.Second
 
-// refuse returns the guard's refusal of c, or nil.
+// refuseInvalid returns the guard's refusal of c, or nil.
 func (s *Store) refuseInvalid(c *store.Claim) error {
 	budget := s.pol.InvalidBudget
+	if budget < 0 {
+		return nil
+	}
 	g := &s.invalid
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.active = now
-	if now.Sub(g.readAt) >= invalidRead {
+	if 2*g.known >= budget && now.Sub(g.readAt) >= invalidRead {
 		s.startGuard()
 	}
-	if budget < 0 || g.known+g.pending < budget {
+	if g.known+g.pending < budget {
 		return nil
 	}
 	retry := store.InvalidWindow
@@ -57,9 +67,35 @@ func (s *Store) refuseInvalid(c *store.Claim) error {
 
 // countInvalid records an invalid response of this process.
 func (s *Store) countInvalid() {
+	if s.pol.InvalidBudget < 0 {
+		return
+	}
 	g := &s.invalid
 	g.mu.Lock()
 	g.pending++
+	s.startGuard()
+	g.mu.Unlock()
+}
+
+// invalidNote applies the group's count another process published.
+func (s *Store) invalidNote(n int, free time.Duration) {
+	g := &s.invalid
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.known, g.freeAt, g.readAt = n, now.Add(free), now
+}
+
+// readInvalid has the writer read the group's count, as when the
+// subscription to the group's channel starts: notes sent before were
+// missed.
+func (s *Store) readInvalid() {
+	if s.pol.InvalidBudget < 0 {
+		return
+	}
+	g := &s.invalid
+	g.mu.Lock()
+	g.readAt = time.Time{}
 	s.startGuard()
 	g.mu.Unlock()
 }
@@ -88,11 +124,11 @@ func (s *Store) startGuard() {
 }
 
 // guardLoop writes this process's invalid responses and reads the group's
-// count, while the process sends requests or has counts to write.
+// count when it must, and ends when neither is needed.
 func (s *Store) guardLoop() {
 	defer s.wg.Done()
 	g := &s.invalid
-	t := time.NewTimer(invalidRead)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -103,12 +139,19 @@ func (s *Store) guardLoop() {
 		}
 		g.mu.Lock()
 		add := g.pending
-		idle := add == 0 && time.Since(g.active) > 2*invalidRead
-		if idle {
-			g.running = false
+		budget := s.pol.InvalidBudget
+		high := 2*g.known >= budget && time.Since(g.active) <= 2*invalidRead
+		if add == 0 && !g.readAt.IsZero() && !(high && time.Since(g.readAt) >= invalidRead) {
+			if !high {
+				g.running = false
+				g.mu.Unlock()
+				return
+			}
 			g.mu.Unlock()
-			return
+			t.Reset(invalidRead)
+			continue
 		}
+		before := g.known
 		g.mu.Unlock()
 		n, free, err := s.syncInvalid(add)
 		g.mu.Lock()
@@ -117,11 +160,26 @@ func (s *Store) guardLoop() {
 			g.known, g.freeAt, g.readAt = n, time.Now().Add(free), time.Now()
 		}
 		g.mu.Unlock()
-		if err != nil && s.ctx.Err() == nil {
-			s.errs.Add(1)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.errs.Add(1)
+			}
+		} else if add > 0 && budget > 0 && crossed(before, n, budget) {
+			// Tell the group: its processes do not read the count.
+			note := "i\n" + strconv.Itoa(n) + "\n" + strconv.FormatInt(millis(free), 10)
+			ctx, cancel := context.WithTimeout(s.ctx, s.callTimeout)
+			_ = s.client.Publish(ctx, s.edgeChannel(), note).Err()
+			cancel()
 		}
 		t.Reset(invalidRead)
 	}
+}
+
+// crossed reports whether a count that went from a to b crossed a
+// multiple of an eighth of budget, or the budget.
+func crossed(a, b, budget int) bool {
+	step := max(budget/8, 1)
+	return b >= budget && a < budget || b/step != a/step
 }
 
 // syncInvalid adds add invalid responses to the group's count and returns
@@ -129,7 +187,7 @@ func (s *Store) guardLoop() {
 func (s *Store) syncInvalid(add int) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.callTimeout)
 	defer cancel()
-	v, err := invalidScript.Run(ctx, s.client, []string{s.invalidKey()}, add, s.clockArg()).Result()
+	v, err := s.fcall(ctx, fnInvalid, []string{s.invalidKey()}, add, s.clockArg()).Result()
 	if err != nil {
 		return 0, 0, err
 	}

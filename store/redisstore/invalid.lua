@@ -10,21 +10,23 @@
 
 -- now and ceil come from common.lua, prepended when loading.
 
-local add = tonumber(ARGV[1])
-local cur = math.floor(now / INVALID_SLOT)
-if add > 0 then
-  redis.call('HINCRBY', KEYS[1], cur, add)
-  extend(KEYS[1], (INVALID_SLOTS + 2) * INVALID_SLOT)
-end
-local slots = redis.call('HGETALL', KEYS[1])
-local n, oldest = 0, cur + 1
-for i = 1, #slots, 2 do
-  local idx, c = tonumber(slots[i]), tonumber(slots[i + 1])
-  if idx == nil or c == nil or cur - idx > INVALID_SLOTS then
-    redis.call('HDEL', KEYS[1], slots[i])
-  else
-    n = n + c
-    if idx < oldest then oldest = idx end
+local function invalidMain()
+  local add = tonumber(ARGV[1])
+  local cur = math.floor(now / INVALID_SLOT)
+  if add > 0 then
+    redis.call('HINCRBY', KEYS[1], cur, add)
+    extend(KEYS[1], (INVALID_SLOTS + 2) * INVALID_SLOT)
   end
+  local slots = redis.call('HGETALL', KEYS[1])
+  local n, oldest = 0, cur + 1
+  for i = 1, #slots, 2 do
+    local idx, c = tonumber(slots[i]), tonumber(slots[i + 1])
+    if idx == nil or c == nil or cur - idx > INVALID_SLOTS then
+      redis.call('HDEL', KEYS[1], slots[i])
+    else
+      n = n + c
+      if idx < oldest then oldest = idx end
+    end
+  end
+  return {n, ceil((oldest + INVALID_SLOTS + 1) * INVALID_SLOT - now)}
 end
-return {n, ceil((oldest + INVALID_SLOTS + 1) * INVALID_SLOT - now)}

@@ -37,34 +37,45 @@ type credKeys struct {
 }
 
 func (s *Store) keysOf(credential string) credKeys {
-	return credKeys{base: s.prefix + ":{" + digest(credential) + "}:"}
+	return s.keysOfTag(digest(credential))
 }
+
+// keysOfTag names the keys of the credential whose hash tag is tag.
+func (s *Store) keysOfTag(tag string) credKeys {
+	return credKeys{base: s.prefix + ":{" + tag + "}:"}
+}
+
+// channelPrefix is what the channel of each process starts with: the
+// scripts push to channelPrefix() + the process's id (see notes.go).
+func (s *Store) channelPrefix() string { return s.prefix + ":n:" }
 
 func (k credKeys) routes() string { return k.base + "r" }
 func (k credKeys) cred() string   { return k.base + "c" }
 func (k credKeys) global() string { return k.base + "g" }
 func (k credKeys) probes() string { return k.base + "m" }
 
-// lastGrant holds the permit id prefix of the last grant of the queue with
-// id qid.
-func (k credKeys) lastGrant(qid string) string { return k.base + "l:" + digest(qid) }
-
-// applied holds the sequence number of the last update of the Store with
-// id proc that the scripts applied.
-func (k credKeys) applied(proc string) string { return k.base + "a:" + proc }
+// proc holds what the scripts know of the process whose Store has id
+// proc: the numbers of its last call and report applied, and what that
+// call granted.
+func (k credKeys) proc(proc string) string { return k.base + "p:" + proc }
 
 // dead is the cooldown key of a token-authenticated major.
 func (k credKeys) dead(major string) string { return k.base + "d:" + digest(major) }
 
 // sublimit holds, while it lives, the turn and the hidden sublimit of the
-// requests of kind on route and major (see store.Claim.Kind).
-func (k credKeys) sublimit(route, major, kind string) string {
-	return k.base + "s:" + digest(route, major, kind)
-}
+// requests of one kind on one route and major; sid is digest(route,
+// major, kind) (see store.Claim.Kind).
+func (k credKeys) sublimit(sid string) string { return k.base + "s:" + sid }
 
-func (k credKeys) bucket(bid string) string    { return k.base + "b:" + bid }
-func (k credKeys) tickets(bid string) string   { return k.base + "w:" + bid }
-func (k credKeys) ticketExp(bid string) string { return k.base + "x:" + bid }
+// line and tix are the line of processes waiting for the counter bid (or
+// for the global window, globalLine) and their tickets.
+func (k credKeys) line(bid string) string { return k.base + "w:" + bid }
+func (k credKeys) tix(bid string) string  { return k.base + "t:" + bid }
+
+// globalLine names the global window's line.
+const globalLine = "g"
+
+func (k credKeys) bucket(bid string) string { return k.base + "b:" + bid }
 
 // learnedID names the counter of bucket hash on major.
 func learnedID(hash, major string) string { return "h" + digest(hash, major) }

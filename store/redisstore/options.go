@@ -42,7 +42,8 @@ const (
 	DefaultPrefix         = "ratecord"
 	DefaultLocalShare     = 4
 	DefaultPendingTimeout = 2 * time.Minute
-	DefaultPollInterval   = 20 * time.Millisecond
+	DefaultPushWait       = 500 * time.Millisecond
+	DefaultTicketGrace    = 250 * time.Millisecond
 	DefaultProbeInterval  = time.Second
 	DefaultMaxBatch       = 64
 	DefaultLease          = 8
@@ -127,14 +128,29 @@ func WithPendingTimeout(d time.Duration) Option {
 	})
 }
 
-// WithPollInterval sets how often a queue waiting for responses reported by
-// other processes asks Redis again (default [DefaultPollInterval], doubled
-// up to eight times while nothing changes). Responses reported through the
-// same Store wake its queues at once. Values <= 0 are ignored.
-func WithPollInterval(d time.Duration) Option {
+// WithPushWait sets how long a waiter that only another process's report
+// can free (a probe of its route in flight, a window whose requests have
+// not all answered) waits before its process asks Redis again, should the
+// push that would tell it be lost (default [DefaultPushWait]). Pushes
+// come as soon as the report is applied; this is only the fallback. Values
+// <= 0 are ignored.
+func WithPushWait(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
-			s.poll = d
+			s.pushWait = d
+		}
+	})
+}
+
+// WithTicketGrace sets how long past the turn it expected a process's
+// place in a line (its ticket) holds when the process does not claim it
+// (default [DefaultTicketGrace]): a process that stopped, or whose waiters
+// all gave up, keeps the processes behind it waiting at most this long.
+// It should exceed a round trip to Redis. Values <= 0 are ignored.
+func WithTicketGrace(d time.Duration) Option {
+	return optionFunc(func(s *Store) {
+		if d > 0 {
+			s.grace = d
 		}
 	})
 }
@@ -190,10 +206,11 @@ func WithCallTimeout(d time.Duration) Option {
 	})
 }
 
-// WithOutboxLimit sets how many updates the Store keeps while Redis cannot
-// take them (default [DefaultOutboxLimit]). When the outbox is full the
-// oldest update is dropped and counted in [Stats].Dropped; a permit whose
-// update was dropped holds its bucket until the pending timeout
+// WithOutboxLimit sets how many reports of one credential the Store keeps
+// while Redis cannot take them (default [DefaultOutboxLimit]). When a
+// credential's reports fill it the oldest is dropped and counted in
+// [Stats].Dropped; a permit whose report was dropped holds its bucket
+// until the pending timeout
 // ([WithPendingTimeout]). Values below 1 are ignored.
 func WithOutboxLimit(n int) Option {
 	return optionFunc(func(s *Store) {

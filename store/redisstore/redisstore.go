@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,13 +30,14 @@ var ErrUnavailable = errors.New("redisstore: redis unavailable")
 // Create one with [New]; the zero value is not usable. It is safe for
 // concurrent use.
 type Store struct {
-	mu      sync.Mutex // guards queues, byCred, guesses, closed, probing and the fields up to span
-	queues  map[qkey]*lqueue
-	byCred  map[string]map[*lqueue]struct{}
-	guesses map[string]string  // credential NUL route -> last known hash
-	refusal map[string]refusal // credential (NUL major, for webhooks) -> a cooldown Redis reported
-	closed  bool
-	probing bool
+	mu       sync.Mutex          // guards sessions, byTag, guesses, refusal, closed, probing and the fields up to span
+	sessions map[string]*session // credential -> what the Store knows and does for it
+	byTag    map[string]*session // the credential's hash tag -> its session, for pushes
+	guesses  map[string]string   // credential NUL route -> last known hash
+	refusal  map[string]refusal  // credential (NUL major, for webhooks) -> a cooldown Redis reported
+	closed   bool
+	probing  bool
+	swept    time.Time // the last sweep of idle sessions
 
 	// What the hold-off after a fallback and the grace period after a
 	// recovery need to know (see failsafe.go).
@@ -47,7 +47,10 @@ type Store struct {
 	longest    time.Duration            // the longest of windows
 	span       time.Duration            // the longest global span of a claim
 
-	out outbox // updates on their way to Redis
+	out struct {
+		queued  atomic.Int64  // reports waiting to be applied, every session's
+		dropped atomic.Uint64 // reports never applied
+	}
 
 	client     redis.UniversalClient
 	prefix     string
@@ -57,25 +60,27 @@ type Store struct {
 	onFallback func(error)
 
 	pendingTimeout time.Duration
-	poll           time.Duration
+	pushWait       time.Duration
+	grace          time.Duration
 	probeEvery     time.Duration
 	maxBatch       int
 	leaseMax       int
 	callTimeout    time.Duration
 	outboxLimit    int
 
-	id     string // random, unique to this Store: prefixes permit and queue ids
-	seq    atomic.Uint64
-	ctx    context.Context // canceled by Close; bounds every Redis call of the drivers and the writer
+	id     string          // random, unique to this Store: its permits, its channel, its tickets
+	calls  atomic.Uint64   // numbers the calls and the reports, in order for each credential, whatever session makes them
+	ctx    context.Context // canceled by Close; bounds every Redis call of the drivers
 	cancel context.CancelFunc
 	done   chan struct{}
-	wg     sync.WaitGroup // drivers, the prober and the writer
+	wg     sync.WaitGroup // drivers, the prober, the notes' follower, the guard
 
 	local    *memstore.Store
 	pol      store.Policy // normalized
 	gates    *edge.Gates  // Cloudflare blocks, shared through Redis (edge.go)
-	watching atomic.Bool  // the gates' channel is followed
+	watching atomic.Bool  // the channels are followed (notes.go)
 	degraded atomic.Bool
+	stalled  atomic.Int32 // calls that outlasted the call timeout and have not returned
 
 	invalid      invalidGuard
 	invalidGroup string
@@ -101,34 +106,31 @@ const (
 	routeTTL = time.Hour
 	// maxGuesses bounds the process-local cache of learned routes.
 	maxGuesses = 1 << 16
-	// wakeSlack is how much earlier than planned a queue must be able to go
-	// for an Update to wake it.
-	wakeSlack = 2 * time.Millisecond
 )
 
 // New returns a Store that keeps its state in Redis through client: a
 // [redis.Client], a [redis.Ring] or a [redis.ClusterClient]. The Store does
 // not own client: Close leaves it open. New does no I/O and starts no
-// goroutine: the first Acquire starts a queue's driver, the first Update
-// the writer of the outbox; see [Store.Close].
+// goroutine: the first Acquire starts the driver of its credential and
+// follows the Store's channels; see [Store.Close].
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		queues:         make(map[qkey]*lqueue),
-		byCred:         make(map[string]map[*lqueue]struct{}),
+		sessions:       make(map[string]*session),
+		byTag:          make(map[string]*session),
 		guesses:        make(map[string]string),
 		refusal:        make(map[string]refusal),
 		windows:        make(map[string]time.Duration),
-		out:            newOutbox(),
 		client:         client,
 		prefix:         DefaultPrefix,
 		policy:         FailOpen,
 		share:          DefaultLocalShare,
 		log:            slog.New(slog.DiscardHandler),
 		pendingTimeout: DefaultPendingTimeout,
-		poll:           DefaultPollInterval,
+		pushWait:       DefaultPushWait,
+		grace:          DefaultTicketGrace,
 		probeEvery:     DefaultProbeInterval,
 		maxBatch:       DefaultMaxBatch,
 		leaseMax:       DefaultLease,
@@ -170,11 +172,11 @@ type Stats struct {
 	// Stalls is the number of Redis calls that did not answer within the
 	// call timeout ([WithCallTimeout]).
 	Stalls uint64
-	// Queued is the number of updates waiting to be written to Redis.
+	// Queued is the number of reports waiting to be applied in Redis.
 	Queued int
-	// Dropped is the number of updates never written: dropped oldest first
-	// when the outbox was full ([WithOutboxLimit]), rejected by Redis, or
-	// left when the Store closed.
+	// Dropped is the number of reports never applied: dropped oldest first
+	// when a credential's reports filled the outbox ([WithOutboxLimit]),
+	// rejected by Redis, or left when the Store closed.
 	Dropped uint64
 }
 
@@ -183,9 +185,6 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	grace := s.inGrace(time.Now())
 	s.mu.Unlock()
-	s.out.mu.Lock()
-	queued, dropped := len(s.out.items), s.out.dropped
-	s.out.mu.Unlock()
 	return Stats{
 		Errors:      s.errs.Load(),
 		Fallbacks:   s.fallbacks.Load(),
@@ -194,8 +193,8 @@ func (s *Store) Stats() Stats {
 		Local:       s.degraded.Load(),
 		Grace:       grace,
 		Stalls:      s.stalls.Load(),
-		Queued:      queued,
-		Dropped:     dropped,
+		Queued:      int(s.out.queued.Load()),
+		Dropped:     s.out.dropped.Load(),
 	}
 }
 
@@ -207,10 +206,14 @@ func (s *Store) Stats() Stats {
 // concurrent use.
 func (s *Store) Fallbacks() uint64 { return s.fallbacks.Load() }
 
-// Acquire implements [store.Store]. Waiters queue in a FIFO per
-// (credential, route, major) in this process; the queue's driver asks Redis
-// for slots on behalf of the waiters at its front. During the grace period
-// that follows a return to Redis, the request takes a grant of the local
+// Acquire implements [store.Store]. Waiters queue in this process in a
+// FIFO per (credential, route, major), in two lanes; the credential's
+// driver asks Redis for slots on behalf of the waiters at the front of
+// every queue whose turn may have come, in one call. A wait whose end
+// this process already knows (a reset, a pause, its place in a line) is
+// not asked about again before it ends: a claim that cannot wait that
+// long fails without a Redis command. During the grace period that
+// follows a return to Redis, the request takes a grant of the local
 // limiter first.
 //
 // A Cloudflare block holds a claim before its bucket does: the blocks are
@@ -235,18 +238,6 @@ func (s *Store) BlockedFor(route string) time.Duration { return s.gates.Estimate
 
 // Holding implements [store.BlockGate].
 func (s *Store) Holding(r *store.Reservation) bool { return s.gates.Holding(r) }
-
-// watch starts following the gates' channel, once.
-func (s *Store) watch() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.watching.Load() {
-		return
-	}
-	s.watching.Store(true)
-	s.wg.Add(1)
-	go s.watchGates()
-}
 
 // grant is a slot the Store granted, before it becomes a reservation.
 type grant struct {
@@ -294,25 +285,22 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 		s.giveBackLocal(local)
 		return grant{}, &store.WaitError{Err: store.ErrClosed}
 	}
-	q := s.queue(qkey{cred: c.Credential, route: c.Route, major: c.Major, kind: c.Kind})
+	ss := s.session(c.Credential)
+	q := ss.queue(qkey{route: c.Route, major: c.Major, kind: c.Kind})
+	q.lastUse = start
 	if local == nil {
 		if p, ok := q.leased(&c, start); ok {
 			s.mu.Unlock()
 			return p, nil
 		}
 	}
-	if q.stalled && s.policy == FailClosed {
-		// The queue's last call did not answer in time and has not yet.
+	if s.policy == FailClosed && s.stalled.Load() > 0 {
+		// A call did not answer in time and has not yet.
 		s.mu.Unlock()
 		s.giveBackLocal(local)
 		return grant{}, unavailable("claim", errStalled)
 	}
-	if c.NoWait && len(q.waiters) > 0 {
-		// Requests of this process are queued ahead of it.
-		werr := &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: q.boundFrom(start), Err: store.ErrWaitTooLong}
-		if err := store.CheckWait(ctx, &c, start, werr.RetryAfter); err != nil {
-			werr.Err = err
-		}
+	if werr := s.knownWait(ctx, ss, q, &c, start); werr != nil {
 		s.mu.Unlock()
 		s.giveBackLocal(local)
 		return grant{}, werr
@@ -321,22 +309,60 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		w.deadline = dl
 	}
-	q.add(w)
-	if q.idle {
-		q.idle = false
-		q.kick()
+	if c.Priority == store.PriorityUrgent && !q.urgent {
+		// The queue's place was taken for the normal lane: an urgent
+		// waiter claims at once, for a place ahead of them.
+		q.turn = start
 	}
-	if wait := q.boundFrom(start); wait > 0 && store.CheckWait(ctx, &c, start, wait) != nil {
-		// The last known wait outlasts this waiter: let the driver check
-		// again now, so that it fails at once if that still holds.
-		q.kick()
+	q.add(w)
+	if ss.ready(q, start) {
+		ss.kick()
 	}
 	s.mu.Unlock()
-	return s.wait(ctx, q, w)
+	return s.wait(ctx, ss, q, w)
 }
 
-// wait blocks until the driver settles w or the waiter gives up.
-func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (grant, error) {
+// knownWait returns the refusal of c when this process already knows that
+// its wait lasts longer than c accepts: its queue's last claim was told
+// the wait lasts until a moment that comes after c's deadline or MaxWait,
+// or c will not wait at all (NoWait) while requests of this process wait
+// ahead of it or the queue's turn has not come. It costs no Redis command.
+// s.mu must be held.
+func (s *Store) knownWait(ctx context.Context, ss *session, q *lqueue, c *store.Claim, now time.Time) *store.WaitError {
+	if c.Priority == store.PriorityUrgent && !q.urgent {
+		// What the queue knows is the normal lane's turn.
+		return nil
+	}
+	bound, scope := q.boundFrom(now), q.scope
+	if c.Global && ss.gateBound.After(now) && ss.gateBound.Sub(now) > bound {
+		bound, scope = ss.gateBound.Sub(now), store.ScopeGlobal
+	}
+	turn := q.notBefore.After(now) || c.Global && ss.gate.After(now)
+	if c.NoWait && (len(q.waiters) > 0 || turn || bound > 0) {
+		est := bound
+		if est == 0 && turn {
+			est = max(q.notBefore.Sub(now), 0)
+			if c.Global && ss.gate.Sub(now) > est {
+				est = ss.gate.Sub(now)
+			}
+		}
+		werr := &store.WaitError{Bucket: q.hash, Scope: scope, RetryAfter: est, Err: store.ErrWaitTooLong}
+		if err := store.CheckWait(ctx, c, now, est); err != nil {
+			werr.Err = err
+		}
+		return werr
+	}
+	if bound > 0 {
+		if err := store.CheckWait(ctx, c, now, bound); err != nil {
+			return &store.WaitError{Bucket: q.hash, Scope: scope, RetryAfter: bound, Err: err}
+		}
+	}
+	return nil
+}
+
+// wait blocks until the driver settles w or the waiter gives up, then,
+// for a slot reserved for later, until the slot opens.
+func (s *Store) wait(ctx context.Context, ss *session, q *lqueue, w *waiter) (grant, error) {
 	var expired <-chan time.Time
 	if w.claim.MaxWait > 0 {
 		t := time.NewTimer(w.claim.MaxWait)
@@ -346,7 +372,11 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (grant, error) {
 	var err error
 	select {
 	case <-w.ready:
-		return s.settled(ctx, w)
+		g, err := s.settled(ctx, w)
+		if err != nil || w.at.IsZero() {
+			return g, err
+		}
+		return s.reserved(ctx, w, g, expired)
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-w.claim.Done:
@@ -364,9 +394,15 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (grant, error) {
 		werr.RetryAfter = q.boundFrom(now)
 	}
 	if w.state != waiting {
-		// The driver settled w while it gave up: give back what it got.
+		// The driver settled w while it gave up. A slot it may use now
+		// stays with the queue a moment, for the next waiter (a caller
+		// that retries at once); the rest goes back.
+		kept := w.state == granted && w.at.IsZero() && w.local == nil && !s.closed && s.keepSlot(q, &w.claim, w.permit, now)
+		if kept {
+			ss.kick() // its driver gives it back if nobody takes it
+		}
 		s.mu.Unlock()
-		if w.state == granted {
+		if w.state == granted && !kept {
 			s.giveBack(w.permit)
 		}
 		s.giveBackLocal(w.local)
@@ -375,9 +411,35 @@ func (s *Store) wait(ctx context.Context, q *lqueue, w *waiter) (grant, error) {
 	w.state = abandoned
 	q.remove(w)
 	s.mu.Unlock()
-	q.kick()
 	s.giveBackLocal(w.local)
 	return grant{}, werr
+}
+
+// reserved waits until the slot reserved for w opens; the global window
+// is full until then. A waiter that gives up first gives the slot back.
+func (s *Store) reserved(ctx context.Context, w *waiter, g grant, expired <-chan time.Time) (grant, error) {
+	d := time.Until(w.at)
+	if d <= 0 {
+		return g, nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var err error
+	select {
+	case <-t.C:
+		g.Waited = time.Since(w.start)
+		return g, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-w.claim.Done:
+		err = store.ErrClosed
+	case <-s.done:
+		err = store.ErrClosed
+	case <-expired:
+		err = store.ErrWaitTooLong
+	}
+	s.giveBack(g)
+	return grant{}, &store.WaitError{Bucket: g.Bucket, Scope: store.ScopeGlobal, RetryAfter: max(time.Until(w.at), 0), Err: err}
 }
 
 // settled returns what the driver decided for w.
@@ -408,18 +470,36 @@ func (s *Store) giveBack(p grant) {
 		return
 	}
 	s.giveBackLocal(h.local)
-	_ = s.enqueue(h, store.Update{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.enqueueLocked(s.session(h.cred), h, store.Update{}, time.Now())
+}
+
+// giveBackLocked returns a permit of ss nobody will use; s.mu must be
+// held.
+func (s *Store) giveBackLocked(ss *session, p grant) {
+	h, ok := p.Handle.(*permit)
+	if !ok {
+		return
+	}
+	if h.local != nil {
+		// The local limiter takes its own lock: not under s.mu.
+		go h.local.Cancel()
+	}
+	s.enqueueLocked(ss, h, store.Update{}, time.Now())
 }
 
 // permit is the Handle of a permit granted through Redis.
 type permit struct {
-	lent               bool   // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
-	qid                string // for the slots of a claim whose reply was lost: the queue that claimed
+	lent               bool // kept in a queue's lease, not handed to a caller yet; guarded by Store.mu
 	cred, route, major string
 	sub                string // the claim's Kind
 	kind               int
 	hash               string // the learned hash, for kindLearned
-	member             string // the permit's id in the global set: the claim's prefix and a number
+	member             string // the permit's id in the global window: the claim's prefix and a number
 	global, tokenAuth  bool
 	limit              int64              // the granting bucket's limit when granted, 0 when unknown
 	local              *store.Reservation // the local limiter's grant too, during a grace period
@@ -429,18 +509,19 @@ type permit struct {
 type localPermit struct{ p *store.Reservation }
 
 // Settle implements [store.Settler]: [store.Reservation.Report] and
-// [store.Reservation.Cancel] call it. It never waits for Redis: the update
-// of a permit granted through Redis joins the Store's outbox, which a
-// goroutine of the Store writes to Redis in order, several updates per
-// round trip, even when ctx is done; queues of this process that wait for
-// it are woken once it is written. Permits granted by the local limiter go
-// back to it at once. Settle returns [store.ErrClosed] after Close, and
-// otherwise nil: updates that Redis cannot take yet stay queued (see
-// [WithOutboxLimit]).
+// [store.Reservation.Cancel] call it. It never waits for Redis: the report
+// of a permit granted through Redis joins its credential's session, whose
+// driver carries it to Redis with its next claim, or alone once it is due
+// (at once for a 429 or when another process waits for the bucket, within
+// 20 ms otherwise), in order, even when ctx is done. Permits granted by
+// the local limiter go back to it at once. Settle returns
+// [store.ErrClosed] after Close, and otherwise nil: reports that Redis
+// cannot take yet stay queued (see [WithOutboxLimit]).
 func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
 	c := &r.Claim
 	handle, _ := r.Handle()
 	s.gates.Settle(r, c, &u)
+	now := time.Now()
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
@@ -461,29 +542,81 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update
 		if h.local != nil {
 			_ = h.local.Report(ctx, s.localUpdate(u, window))
 		}
-		err := s.enqueue(h, u)
-		s.revokeLease(h, &u)
-		return err
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed {
+			return store.ErrClosed
+		}
+		ss := s.session(h.cred)
+		s.enqueueLocked(ss, h, u, now)
+		s.revokeLease(ss, h, &u)
+		return nil
 	default:
 		return nil // not issued by this Store
 	}
 }
 
-// apply adds to the pipeline p the step call that writes the updates g, all
-// of one credential, in order: EVALSHA, or EVAL when eval is true.
-func (s *Store) apply(ctx context.Context, p redis.Pipeliner, g []*update, eval bool) {
-	var st step
-	for _, it := range g {
-		gid, tid := st.update(s, it.h, it.u, it.seq)
-		it.bid = gid
-		if it.u.Sent {
-			it.bid = tid
+// enqueueLocked queues the report u of permit h in ss, received at at, and
+// decides when it goes: with the claim of a local queue that waits for it,
+// within urgentDelay when other processes may wait for it (a 429, a limit
+// lowered, a bucket spent), or within flushDelay. s.mu must be held.
+func (s *Store) enqueueLocked(ss *session, h *permit, u store.Update, at time.Time) {
+	ss.reports = append(ss.reports, &update{seq: s.calls.Add(1), h: h, u: u, at: at})
+	s.out.queued.Add(1)
+	if len(ss.reports) > s.outboxLimit {
+		n := len(ss.reports) - s.outboxLimit
+		clear(ss.reports[:n])
+		ss.reports = ss.reports[n:]
+		s.out.queued.Add(-int64(n))
+		s.out.dropped.Add(uint64(n))
+		s.log.LogAttrs(context.Background(), slogWarn, "ratecord: report outbox full, oldest report dropped",
+			slog.Int("limit", s.outboxLimit))
+	}
+	due := at.Add(reportDelay(h, &u))
+	gid := bucketID(h.kind, h.hash, h.route, h.major)
+	for _, q := range ss.queues {
+		if q.line != gid && (q.key.route != h.route || q.key.major != h.major) {
+			continue
 		}
+		// What this process knew of the bucket's wait may end with this
+		// report: a slot given back, a response that a queue waits for,
+		// a limit raised. A queue waiting for it claims at once, carrying
+		// the report; what a report does not change stays known.
+		if u.Sent && !q.push && !(u.HasLimit && int64(u.Limit) > h.limit) {
+			continue
+		}
+		if len(q.waiters) > 0 && q.notBefore.After(at) {
+			due = at
+		}
+		q.notBefore, q.bound = time.Time{}, time.Time{}
 	}
-	cmd := st.send(ctx, p, s.clockArg(), eval)
-	for _, it := range g {
-		it.cmd = cmd
+	if h.global && !u.Sent {
+		// A global slot given back: the gate may open.
+		ss.gate, ss.gateBound = time.Time{}, time.Time{}
+		due = at
 	}
+	if ss.flushAt.IsZero() || due.Before(ss.flushAt) {
+		ss.flushAt = due
+		ss.kick()
+	}
+	if !ss.running {
+		ss.running = true
+		s.wg.Add(1)
+		go s.drive(ss)
+	}
+}
+
+// reportDelay returns how long the report u of permit h may wait for a
+// claim of its credential to carry it. A 429, a limit lowered, a slot
+// given back or a bucket spent goes at once: other processes must not
+// send on what they no longer have, may use what came back, and wait for
+// what answered (a window refills, a sliding window drips, only once the
+// requests in it are reported). Others wait up to flushDelay.
+func reportDelay(h *permit, u *store.Update) time.Duration {
+	if u.Status == 429 || !u.Sent || u.HasLimit && (u.Remaining == 0 || int64(u.Limit) < h.limit) {
+		return urgentDelay
+	}
+	return flushDelay
 }
 
 // refusal is a cooldown that Redis reported (a 401 or a gone webhook), kept
@@ -493,13 +626,12 @@ type refusal struct {
 	err   *store.WaitError
 }
 
-// refused remembers a cooldown Redis reported for key.
-func (s *Store) refused(key string, err *store.WaitError) {
+// refusedLocked remembers a cooldown Redis reported for key; s.mu must be
+// held.
+func (s *Store) refusedLocked(key string, err *store.WaitError) {
 	if err.RetryAfter <= 0 {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.refusal[key]; !ok && len(s.refusal) >= maxGuesses {
 		clear(s.refusal)
 	}
@@ -527,9 +659,13 @@ func (s *Store) refuseKnown(c *store.Claim) error {
 	return &store.WaitError{Scope: r.err.Scope, RetryAfter: r.until.Sub(now), Err: r.err.Err}
 }
 
-// learn records in the process-local cache what u taught about its route,
-// so that the next claim names the right keys at once.
-func (s *Store) learn(h *permit, u store.Update) {
+// learnLocked records in the process-local cache what u taught about its
+// route, so that the next claim names the right keys at once; s.mu must be
+// held.
+func (s *Store) learnLocked(h *permit, u store.Update) {
+	if !u.Sent {
+		return
+	}
 	var hash string
 	switch {
 	case u.Bucket != "":
@@ -539,8 +675,6 @@ func (s *Store) learn(h *permit, u store.Update) {
 	default:
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	key := h.cred + "\x00" + h.route
 	if old, ok := s.guesses[key]; ok && (old == hash || hash == noBucket && old != "") {
 		return
@@ -556,28 +690,13 @@ func (s *Store) setGuess(key, hash string) {
 	s.guesses[key] = hash
 }
 
-// wake kicks the queues of cred that wait on bucket bid and sleep past the
-// moment it may grant again (wake ms from now, -1 when only another
-// response can open it), and those that wait for a response on another
-// bucket (the response may have moved their route).
-func (s *Store) wake(cred, bid string, wake int64) {
-	at := time.Now().Add(time.Duration(wake)*time.Millisecond + wakeSlack)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for q := range s.byCred[cred] {
-		if q.bid == bid && wake >= 0 && q.sleepUntil.After(at) || q.unknown && q.bid != bid {
-			q.kick()
-		}
-	}
-}
-
 // Close implements [store.Store]: it releases every waiter with
 // [store.ErrClosed], stops the Store's goroutines and waits for them, then
-// writes what it can of the outbox within twice the call timeout and drops
-// the rest, logging how many. With a client that ignores context deadlines
-// (go-redis without ContextTimeoutEnabled), Close may also wait for a call
-// in flight until the client's own timeouts end it. It does not close the
-// Redis client. Close is idempotent.
+// writes what it can of the reports within twice the call timeout and
+// drops the rest, logging how many. With a client that ignores context
+// deadlines (go-redis without ContextTimeoutEnabled), Close may also wait
+// for a call in flight until the client's own timeouts end it. It does not
+// close the Redis client. Close is idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -587,6 +706,15 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.done)
 	s.cancel()
+	for _, ss := range s.sessions {
+		for _, q := range ss.queues {
+			for _, w := range q.waiters {
+				w.err = &store.WaitError{Err: store.ErrClosed}
+				q.settle(w, failed)
+			}
+			q.waiters = nil
+		}
+	}
 	s.mu.Unlock()
 	s.gates.Close()
 	s.wg.Wait()
@@ -594,6 +722,72 @@ func (s *Store) Close() error {
 	s.flush(ctx)
 	cancel()
 	return s.local.Close()
+}
+
+// flush writes what it can of every session's reports and leases before
+// ctx ends, then drops the rest with a logged count. Close calls it once
+// no other goroutine of the Store runs.
+func (s *Store) flush(ctx context.Context) {
+	s.mu.Lock()
+	var all []*session
+	for _, ss := range s.sessions {
+		for _, q := range ss.queues {
+			for _, p := range q.takeLease() {
+				if h, ok := p.Handle.(*permit); ok {
+					ss.reports = append(ss.reports, &update{seq: s.calls.Add(1), h: h, at: time.Now()})
+					s.out.queued.Add(1)
+				}
+			}
+		}
+		if len(ss.reports) > 0 || len(ss.lost) > 0 {
+			all = append(all, ss)
+		}
+	}
+	s.mu.Unlock()
+	dropped := 0
+	for _, ss := range all {
+		for ctx.Err() == nil {
+			s.mu.Lock()
+			p := plan{lost: ss.lost, reports: append([]*update(nil), ss.reports[:min(len(ss.reports), maxReports)]...), glimit: ss.glimit}
+			if p.empty() {
+				s.mu.Unlock()
+				break
+			}
+			p.no = s.calls.Add(1)
+			s.mu.Unlock()
+			var st step
+			for _, c := range p.lost {
+				st.undoCall(s, ss.keys, c)
+			}
+			sentAt := time.Now()
+			for _, it := range p.reports {
+				st.report(s, ss.keys, it.h, &it.u, it.seq, millisDown(sentAt.Sub(it.at)))
+			}
+			st.build(s, ss.keys, ss.tag, p.no, p.glimit)
+			cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
+			v, err := st.run(cctx, s).Result()
+			cancel()
+			if err == nil {
+				_, err = parseStep(v, len(p.reports), 0)
+			}
+			if err != nil {
+				break
+			}
+			s.mu.Lock()
+			ss.lost = nil
+			s.removeReports(ss, p.reports)
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		dropped += len(ss.reports)
+		s.removeReports(ss, append([]*update(nil), ss.reports...))
+		s.mu.Unlock()
+	}
+	if dropped > 0 {
+		s.out.dropped.Add(uint64(dropped))
+		s.log.LogAttrs(context.Background(), slogWarn, "ratecord: closing with reports redis did not take, dropped",
+			slog.Int("reports", dropped))
+	}
 }
 
 func flag(b bool) int {
@@ -615,8 +809,4 @@ func (s *Store) clockArg() int64 {
 		return 0
 	}
 	return s.clock().UnixMilli()
-}
-
-func (s *Store) nextID() string {
-	return s.id + ":" + strconv.FormatUint(s.seq.Add(1), 36)
 }

@@ -1,525 +1,853 @@
--- step: apply the updates of one credential's responses, in order, then
--- (optionally) claim slots for one of its queues: one round trip carries a
--- process's reports and its next claim.
+-- step: one round trip of one process for one credential. It applies the
+-- process's reports (what its requests' responses taught), in order, then
+-- answers its claims (may these requests go now?), in order. Everything a
+-- process has to tell Redis about a credential, and ask it, travels in one
+-- call.
 --
 -- KEYS (all share the credential's hash tag):
---   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
---   2 cred      HASH  gpause, unauth (Redis-time deadlines, ms)
---   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
---   4 probes    HASH  major digest -> probe requests in flight
---   5 applied   STRING the sequence number of this process's last update applied
---   then, per update, 5 keys: dead, gbucket, tbucket, lastgrant, sublimit (see update below)
---   then, with a claim, 7 keys: dead, bucket, tickets, ticketexp, pbucket, lastgrant, sublimit
+--   1 routes  HASH   route template -> learned bucket hash, or "\0" (no bucket)
+--   2 cred    HASH   gpause, unauth (deadlines), gexp, rexp (TTL horizons),
+--                    glu (until when processes may wait in the global line), ms
+--   3 global  ZSET   the global window: permit id -> latest arrival at Discord (ms)
+--   4 probes  HASH   major digest -> probe requests in flight
+--   5 proc    STRING this process's record for the credential (MessagePack): the
+--                    number of its last call applied, of its last report applied,
+--                    and what each claim of that call was granted
+--   6 gline   ZSET   the global window's line (see common.lua)
+--   7 gtix    HASH   its tickets
+--   then UNDO_KEYS per claim of an undone call, REPORT_KEYS per report,
+--   CLAIM_KEYS per claim, LEAVE_KEYS per line left
 -- ARGV:
---   1 number of updates     2 claim (1/0)
---   then, per update, its sequence number and UPDATE_ARGS arguments; then,
---   with a claim, CLAIM_ARGS arguments; last, the clock (ms, 0: Redis TIME)
--- Reply: {n, wake_1 .. wake_n, claim reply...}: each update's wake (see
--- update), then, with a claim, the claim's reply.
+--   1 call number: a process numbers its calls for a credential; a call
+--     whose number is not above the last applied is a late copy and does
+--     nothing
+--   2 how many calls whose replies were lost this call undoes (see below)
+--   3 how many lines this process leaves (see below)
+--   4 this process's id   5 the prefix of the processes' channels
+--   6 reports   7 claims
+--   8 global limit   9 global window (ms)   10 hold (ms): how long after its
+--     grant a request reaches Discord at the latest
+--   11 pending timeout (ms)  12 bucket TTL (ms)  13 route TTL (ms)
+--   14 ticket grace (ms): how long past its expected turn a ticket holds
+--   15 push wait (ms): how long a claim that only a push can end waits
+--      before asking again
+--   16 the credential's tag, naming it in pushes
+--   then the undone calls, REPORT_ARGS per report, CLAIM_ARGS per claim,
+--   LEAVE_ARGS per line left; last the clock (ms, 0: Redis TIME)
+-- Reply: {1, n, wake_1 .. wake_n, m, claim_1 .. claim_m}, each claim reply
+-- preceded by its length; {-1} for a late copy of a call.
 --
--- An update is applied once: a process numbers its updates in order, and
--- one it sends again (after a call that timed out but ran) is skipped.
+-- The Lua of Redis is slow at creating tables and closures: the code reads
+-- KEYS and ARGV in place and defines its helpers once (the library is
+-- loaded once, see scripts.go).
 
--- now, ceil, extend, loadBucket, saveBucket and the model come from
--- common.lua and model.lua, prepended when loading.
-
-local UPDATE_ARGS, CLAIM_ARGS = 23, 18
+local CALL_ARGS = 16
+local UNDO_KEYS, UNDO_ARGS = 2, 3
+local REPORT_KEYS, REPORT_ARGS = 8, 25
+local CLAIM_KEYS, CLAIM_ARGS = 8, 14
+local LEAVE_KEYS, LEAVE_ARGS = 3, 1
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
 local LEASE_FLOOR = 64
--- How long a process's last applied update is remembered: longer than any
--- update waits to be sent again.
-local APPLIED_TTL = 3600 * 1000
+-- How long a process's record is kept: longer than any call is sent again.
+local PROC_TTL = 3600 * 1000
+-- Pushes per line per call, at most.
+local MAX_PUSH = 4
 
--- update applies what the response to one permit taught.
+-- What one call says of itself (see ARGV above), set by stepMain, and
+-- the number of the last report it applied.
+local callNo, undoCalls, nLeaves, me, chan, nReports, nClaims, lastReport
+local glimit, gwindow, hold, pendingTTL, bucketTTL, routeTTL, grace, pushWait, tag
+-- This process's record, as the call found it.
+local proc
+
+-- The global window, read once per call when a claim needs it: the
+-- entries that still count (cnt, kept up to date as the call grants) and
+-- its line. served is what the call granted in it; tix, per ticket of this
+-- process the call's claims used (its id, and its id and "!" for the
+-- urgent lane), {want: what they still wait for, served, at: when the
+-- first of them expects its turn}.
+local G
+local function globalLoad(c)
+  if not G then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - gwindow)
+    G = {cnt = redis.call('ZCARD', KEYS[3]), served = 0, tix = {}}
+    if c.glu > now then G.line = lineLoad(KEYS[6], KEYS[7]) else G.line = lineEmpty(KEYS[6], KEYS[7]) end
+  end
+  return G
+end
+
+-- globalSlot returns when the n-th grant from now can go by the global
+-- window (see common.lua's slotOf).
+local function globalSlot(n)
+  return slotOf(KEYS[3], G.cnt, glimit, gwindow, hold, n)
+end
+
+-- pushGlobalHead tells the first holder of the global line other than
+-- this process that its turn may have come, when it has: its first slot is
+-- free or exact.
+local function pushGlobalHead()
+  local head = firstOther(G.line, me)
+  if not head then return end
+  local at, exact = globalSlot(1)
+  if exact then push(chan, tag, owner(head), 'g', at - now) end
+end
+
+-- Buckets whose line this call may have to tell, by key: {lk, lt (the
+-- line's keys), name, opened (a report opened the bucket), retired (a
+-- probe's route was learned)}.
+local watched, watchOrder
+local function watch(key, lk, lt, name)
+  local w = watched[key]
+  if not w then
+    w = {lk = lk, lt = lt, name = name}
+    watched[key] = w
+    watchOrder[#watchOrder + 1] = key
+  end
+  return w
+end
+
+-- wakeOf returns in how many ms b may grant by the passing of time alone:
+-- 0 for now, -1 when only a response can open it.
+local function wakeOf(b)
+  if available(b, now) then return 0 end
+  local w = wakeAt(b, now)
+  if w > 0 then return ceil(w - now) end
+  return -1
+end
+
+-- unprobe counts one probe request of the major less in flight.
+local function unprobe(majorDigest)
+  if redis.call('HINCRBY', KEYS[4], majorDigest, -1) <= 0 then
+    redis.call('HDEL', KEYS[4], majorDigest)
+  end
+end
+
+-- update applies what the response to one permit taught. Its keys start
+-- at KEYS[k], its arguments at ARGV[a].
 --
--- K:
---   1 routes   HASH  route template -> learned bucket hash, or "\0"
---   2 cred     HASH  gpause, unauth
---   3 global   ZSET  global-window entries
---   4 dead     STRING the token-authenticated major's cooldown
---   5 gbucket  STRING the model state of the bucket the permit was granted from
---   6 tbucket  STRING the bucket the response names (the same as 5 when it
---                    names none)
---   7 probes   HASH  major digest -> probe requests in flight
---   8 lastgrant STRING the permit id prefix of the last grant of the queue
---                     that claimed the permit (for A[3] = 3)
---   9 sublimit HASH  the requests of kind A[22]: until (a hidden sublimit's 429
---                    holds them until then), busy (one of them is out: its
---                    timeout); TTL until + as long again, and while one is out
--- A:
---   1 route template    2 permit id ("" when none)
---   3 sent (1/0; 2: an unused slot of a lease; 3: a slot of a claim whose reply was lost)
---   4 status            5 response bucket hash       6 has limit (1/0)
---   7 limit             8 remaining                  9 reset after (ms, < 0 unknown)
---  10 scope            11 retry (ms, offset included) 12 offset (ms)
---  13 cooldown (ms, < 0 disabled)                   14 token auth (1/0)
---  15 granted kind (0 learned, 1 probe, 2 none, -1 no permit)
---  16 granted hash     17 global (1/0)              18 bucket TTL (ms)
---  19 route TTL (ms)   20 major digest          21 anonymous: no credential (1/0)
---  22 the claim's kind (see store.Claim.Kind; "" none)
---  23 reset (X-RateLimit-Reset, ms on Discord's clock; 0 unknown)
--- Reply: {1, wake}: how many ms from now the bucket the response concerns
--- may grant again by the passing of time alone (0: now), or -1 when only a
--- response can open it or it is unknown.
-local function update(K, A)
-  local route, member = A[1], A[2]
-  local sent = A[3] == '1'
-  local status = tonumber(A[4])
-  local ubucket = A[5]
-  local hasLimit = A[6] == '1'
-  local h = {limit = tonumber(A[7]), remaining = tonumber(A[8]), resetAfter = tonumber(A[9]),
-    offset = tonumber(A[12]), reset = tonumber(A[23])}
-  local scope = A[10]
-  local retry = tonumber(A[11])
-  local cooldown = tonumber(A[13])
-  local tokenAuth = A[14] == '1'
-  local gkind, ghash = tonumber(A[15]), A[16]
-  local isGlobal = A[17] == '1'
-  local bucketTTL, routeTTL = tonumber(A[18]), tonumber(A[19])
-  local majorDigest = A[20]
+-- Keys: k dead (the token-authenticated major's cooldown), k+1 gbucket
+--   (the bucket the permit was granted from), k+2 tbucket (the bucket the
+--   response names; the same as k+1 when it names none), k+3 sublimit (the
+--   requests of the claim's kind: until, busy, and the processes waiting
+--   as fields "w" .. id), k+4, k+5 gbucket's line, k+6, k+7 tbucket's line
+-- Arguments, from a:
+--   +0 route template    +1 permit id ("" when none)
+--   +2 sent (1/0; 2: an unused slot of a lease)
+--   +3 status            +4 response bucket hash       +5 has limit (1/0)
+--   +6 limit             +7 remaining                  +8 reset after (ms, < 0 unknown)
+--   +9 scope            +10 retry (ms, offset included) +11 offset (ms)
+--  +12 cooldown (ms, < 0 disabled)                    +13 token auth (1/0)
+--  +14 granted kind (0 learned, 1 probe, 2 none, -1 no permit)
+--  +15 granted hash     +16 global (1/0)              +17 major digest
+--  +18 anonymous: no credential (1/0)                 +19 the claim's kind ("" none)
+--  +20 reset (X-RateLimit-Reset, ms on Discord's clock; 0 unknown)
+--  +21 age (ms): how long before this call the response arrived
+--  +22 the granted bucket's name, +23 the response bucket's name, +24 the
+--      kind's name (for pushes)
+-- Reply: how many ms from now the bucket the response concerns may grant
+-- again by the passing of time alone (0: now), or -1 when only a response
+-- can open it or it is unknown.
+local function update(k, a)
+  local member = ARGV[a + 1]
+  local sentArg = ARGV[a + 2]
+  local status = tonumber(ARGV[a + 3])
+  local ubucket = ARGV[a + 4]
+  local hasLimit = ARGV[a + 5] == '1'
+  local scope, retry = ARGV[a + 9], tonumber(ARGV[a + 10])
+  local gkind = tonumber(ARGV[a + 14])
+  local isGlobal = ARGV[a + 16] == '1'
+  local majorDigest = ARGV[a + 17]
+  local kindName = ARGV[a + 19]
+  -- The response arrived age ms ago: what it says dates from then.
+  local t = now - math.min(math.max(tonumber(ARGV[a + 21]) or 0, 0), 60000)
+  local GB, TB = KEYS[k + 1], KEYS[k + 2]
+  local c = loadCred(KEYS[2])
 
-  local GB, TB = K[5], K[6]
-
-  local c = loadCred(K[2])
-  local credDirty = false
-  -- The request of a kind that was out after its sublimit is out no more.
-  if A[22] ~= '' then redis.call('HDEL', K[9], 'busy') end
-
-  -- wakeOf returns in how many ms b may grant by the passing of time alone:
-  -- 0 for now, -1 when only a response can open it.
-  local function wakeOf(b)
-    if available(b, now) then return 0 end
-    local w = wakeAt(b, now)
-    if w > 0 then return ceil(w - now) end
-    return -1
+  -- The request of a kind that was out is out no more: tell the processes
+  -- waiting for their turn.
+  if kindName ~= '' then
+    local f = redis.call('HGETALL', KEYS[k + 3])
+    local gone = {'busy'}
+    for i = 1, #f, 2 do
+      local id = string.match(f[i], '^w(.+)$')
+      if id then
+        if (tonumber(f[i + 1]) or 0) > now and id ~= me then push(chan, tag, id, 's' .. ARGV[a + 24], 0) end
+        gone[#gone + 1] = f[i]
+      end
+    end
+    redis.call('HDEL', KEYS[k + 3], unpack(gone))
   end
 
   -- The bucket the permit was granted from (none without a permit).
-  local gb
-  if gkind >= 0 then gb = loadBucket(GB, gkind) end
-
-  local function unprobe()
-    if gkind == 1 and gb.pending > 0 then
-      if redis.call('HINCRBY', K[7], majorDigest, -1) <= 0 then
-        redis.call('HDEL', K[7], majorDigest)
-      end
+  local gb, gw
+  if gkind >= 0 then
+    gb = loadBucket(GB, gkind)
+    if gkind ~= 2 and gb.lineUntil > now then
+      gw = watch(GB, KEYS[k + 4], KEYS[k + 5], ARGV[a + 22])
+      if available(gb, now) then gw.wasOpen = true end
     end
   end
 
-  if not sent then
+  if sentArg ~= '1' then
     -- Never sent: give back the slot. A slot of a lease that nobody used
     -- is only settled: responses since it was granted may have set the
     -- bucket's count without it, so giving it back could count it twice.
-    -- A slot of a claim whose reply was lost is given back only if that
-    -- claim ran: it was the queue's last grant.
-    if gb == nil then return {1, -1} end
-    if A[3] == '3' and redis.call('GET', K[8]) ~= member:match('^(.*:)') then return {1, -1} end
-    if isGlobal and member ~= '' then redis.call('ZREM', K[3], member) end
-    unprobe()
-    if A[3] == '2' then settle(gb) else giveBack(gb) end
+    if gb == nil then return -1 end
+    if isGlobal and member ~= '' then
+      local gone = redis.call('ZREM', KEYS[3], member)
+      if G then G.cnt = G.cnt - gone end
+      if c.glu > now then
+        globalLoad(c)
+        G.lowered = true
+      end
+    end
+    if gkind == 1 and gb.pending > 0 then unprobe(majorDigest) end
+    if sentArg == '2' then settle(gb) else giveBack(gb) end
     saveBucket(GB, gb, bucketTTL)
-    return {1, wakeOf(gb)}
+    if gw and not gw.wasOpen then gw.opened = true end
+    return wakeOf(gb)
   end
 
   if isGlobal and member ~= '' then
-    -- The request reached Discord by now: its global slot counts from no
-    -- later than this.
-    redis.call('ZADD', K[3], 'XX', 'LT', now, member)
+    -- The request reached Discord by the time its response arrived: its
+    -- global slot counts from no later than that.
+    redis.call('ZADD', KEYS[3], 'XX', 'LT', t, member)
+    if c.glu > now then
+      globalLoad(c)
+      G.lowered = true
+    end
   end
   if gb then
-    unprobe()
-    if status == 0 then unanswered(gb, now) else settle(gb) end
+    if gkind == 1 and gb.pending > 0 then unprobe(majorDigest) end
+    if status == 0 then unanswered(gb, t) else settle(gb) end
   end
 
   -- What the response teaches about the route.
-  local target = gb
-  local tkey = GB
-  if gkind ~= 0 or ubucket == '' or ghash ~= ubucket then
-    local r = redis.call('HGET', K[1], route)
+  local target, tkey = gb, GB
+  if gkind ~= 0 or ubucket == '' or ARGV[a + 15] ~= ubucket then
+    local route = ARGV[a]
+    local r = redis.call('HGET', KEYS[1], route)
     if not r then r = '' end
     local none = r == '\0'
     local hash = r
     if none then hash = '' end
     local learned = learnRoute(hash, none, ubucket, status, hasLimit)
     if learned == 1 then
-      redis.call('HSET', K[1], route, ubucket)
+      redis.call('HSET', KEYS[1], route, ubucket)
     elseif learned == 2 then
-      redis.call('HSET', K[1], route, '\0')
+      redis.call('HSET', KEYS[1], route, '\0')
     end
-    if learned ~= 0 and gkind == 1 then gb.retired = true end
+    if learned ~= 0 then
+      extend(KEYS[1], routeTTL)
+      if gkind == 1 then
+        -- The probe's route is learned: whoever waited for it asks again.
+        gb.retired = true
+        if gw then gw.retired = true end
+      end
+    end
     if ubucket ~= '' then
-      if TB == GB and gb then
-        target = gb
-      else
+      if TB ~= GB or not gb then
         target, tkey = loadBucket(TB, 0), TB
       end
     elseif learned == 2 then
       target, tkey = nil, nil
     end
-    redis.call('PEXPIRE', K[1], routeTTL)
+  end
+  local tw
+  if target and tkey ~= GB and target.lineUntil > now then
+    tw = watch(TB, KEYS[k + 6], KEYS[k + 7], ARGV[a + 23])
+    if available(target, now) then tw.wasOpen = true end
   end
 
   local probes = 0
   if target and not target.known then
-    probes = tonumber(redis.call('HGET', K[7], majorDigest)) or 0
+    probes = tonumber(redis.call('HGET', KEYS[4], majorDigest)) or 0
   end
-  local hp = nil
-  if hasLimit then hp = h end
+  local h = nil
+  if hasLimit then
+    h = {limit = tonumber(ARGV[a + 6]), remaining = tonumber(ARGV[a + 7]), resetAfter = tonumber(ARGV[a + 8]),
+      offset = tonumber(ARGV[a + 11]), reset = tonumber(ARGV[a + 20])}
+  end
   if status == 429 then
-    if credLimited(c, now, scope, retry) then
-      credDirty = true
+    if credLimited(c, t, scope, retry) then
+      saveCred()
     elseif scope == 'shared' then
-      if target then shared(target, now, retry) end
-    elseif target and A[22] ~= '' and scope == 'user' and hasLimit and hiddenSublimit(retry, h.resetAfter, h.offset, h.remaining) then
+      if target then shared(target, t, retry) end
+    elseif target and kindName ~= '' and scope == 'user' and h and hiddenSublimit(retry, h.resetAfter, h.offset, h.remaining) then
       -- A hidden sublimit of the request's kind: only its kind waits; the
       -- bucket follows its headers.
-      local untilT = math.max(tonumber(redis.call('HGET', K[9], 'until')) or 0, now + clamp(retry))
-      redis.call('HSET', K[9], 'until', untilT)
-      extend(K[9], math.max(1, ceil(untilT - now + clamp(retry))))
-      observe(target, now, h, probes)
+      local untilT = math.max(tonumber(redis.call('HGET', KEYS[k + 3], 'until')) or 0, t + clamp(retry))
+      redis.call('HSET', KEYS[k + 3], 'until', untilT)
+      extend(KEYS[k + 3], math.max(1, ceil(untilT - now + clamp(retry))))
+      observe(target, t, h, probes)
     elseif target then
-      limited(target, now, retry, hp, probes)
+      limited(target, t, retry, h, probes)
     else
-      c.pause, credDirty = math.max(c.pause, now + retry), true
+      c.pause = math.max(c.pause, t + retry)
+      saveCred()
     end
-  elseif hasLimit and target then
-    observe(target, now, h, probes)
+  elseif h and target then
+    observe(target, t, h, probes)
   end
 
-  -- The 401/404 cooldowns. (Invalid responses are counted per store, on a
-  -- key of their own: see invalid.lua.)
+  -- The 401/404 cooldowns. (Invalid responses are counted per group of
+  -- processes, on a key of their own: see invalid.lua.)
+  local cooldown = tonumber(ARGV[a + 12])
   if cooldown >= 0 then
-    local cd = cooldownOf(status, tokenAuth, A[21] == '1')
+    local cd = cooldownOf(status, ARGV[a + 13] == '1', ARGV[a + 18] == '1')
     if cd == 2 then
-      redis.call('SET', K[4], 1, 'PX', math.max(1, ceil(cooldown)))
+      redis.call('SET', KEYS[k], 1, 'PX', math.max(1, ceil(cooldown)))
     elseif cd == 1 then
-      c.unauthorized, credDirty = now + cooldown, true
+      c.unauthorized = t + cooldown
+      saveCred()
     end
   end
 
-  if credDirty then saveCred() end
-
-  if gb and tkey ~= GB then saveBucket(GB, gb, bucketTTL) end
-  if target then
-    local wake = wakeOf(target)
-    saveBucket(tkey, target, bucketTTL)
-    return {1, wake}
+  if gb then
+    saveBucket(GB, gb, bucketTTL)
+    -- A response that opened the bucket: the processes in its line may go.
+    if gw and not gw.wasOpen then gw.opened = true end
   end
-  return {1, -1}
+  if target then
+    saveBucket(tkey, target, bucketTTL)
+    if tw and not tw.wasOpen then tw.opened = true end
+    return wakeOf(target)
+  end
+  return -1
 end
 
--- claim answers: may up to n requests of one (credential, route, major) go now?
+-- Claim replies: {0, granted, bucket kind (0 learned, 1 probe, 2 none),
+-- the bucket's limit (0 unknown), next, reserved, delay_1 ..
+-- delay_reserved}: the last `reserved` slots open that many ms from now
+-- (the global window is full until then), and the claim's other waiters,
+-- if any, may claim again in next ms (0: at once); {1, at, bound, scope (1 user, 2 global, 3 a pause),
+-- push (1/0), line}: ask again in at ms at the latest, the wait lasts bound
+-- ms at least (0: unknown), and with push set a push on line (the bucket's
+-- name) may come first; {2, retry ms, reason (2 unauthorized, 3 webhook
+-- gone)}; {3, hash}: the route maps to another bucket, ask again with its
+-- keys.
+local replyOf
+
+-- Tickets this call gives or takes, per bucket line and ticket.
+local intents, intentOrder
+local function intent(line, holder, name, b, bkey)
+  local key = line.L .. '\0' .. holder
+  local it = intents[key]
+  if not it then
+    it = {line = line, holder = holder, name = name, b = b, bkey = bkey, want = 0, served = 0, at = 0}
+    intents[key] = it
+    intentOrder[#intentOrder + 1] = key
+  end
+  return it
+end
+
+-- gticket returns what this call says of the global line's ticket holder.
+local function gticket(holder)
+  local t = G.tix[holder]
+  if not t then
+    t = {want = 0, served = 0, at = 0}
+    G.tix[holder] = t
+  end
+  return t
+end
+
+-- share returns how many slots of a counter of limit slots per window a
+-- ticket of line takes in one turn while others wait in it: an even share
+-- of the window with id counted among them, but at least TURN_MIN (or
+-- what it wants, if less), so that a turn is worth its round trips.
+local TURN_MIN = 4
+local function share(line, id, limit, want)
+  local n = #line.ids
+  if not line.pos[id] then n = n + 1 end
+  if n <= 1 or limit <= 0 then return limit end
+  return math.min(limit, math.max(math.ceil(limit / n), math.min(want, TURN_MIN)))
+end
+
+-- claim answers claim i: may up to want requests of one (route, major,
+-- kind) go now? Claims are answered in order: a claim sees what the ones
+-- before it took. Its keys start at KEYS[k], its arguments at ARGV[a].
 --
--- K:
---   1 routes    HASH  route template -> learned bucket hash, or "\0" (no bucket)
---   2 cred      HASH  gpause, unauth (Redis-time deadlines, ms)
---   3 global    ZSET  global-window entries: permit id -> latest arrival (ms)
---   4 dead      STRING present while a token-authenticated major is refused
---   5 bucket    STRING the model state of the bucket the caller resolved (learned or no-bucket)
---   6 tickets   ZSET  its waiting process queues -> arrival (ms)
---   7 ticketexp ZSET  the same queues -> expiry (ms)
---   8 pbucket   STRING the model state of the probe bucket of (route, major)
---   9 probes    HASH  major digest -> probe requests in flight
---  10 lastgrant STRING the permit id prefix of this queue's last grant
---  11 sublimit  HASH  the hidden sublimit of A[18] (see update)
--- A:
---   1 route template        2 caller's guess of the route's hash ("" unknown, "\0" none)
---   3 global (1/0)          4 global limit            5 global window (ms)
---   6 offset (ms)           7 token auth (1/0)        8 slots wanted (>= 1)
---   9 permit id prefix     10 pending timeout (ms)   11 queue id
---  12 poll interval (ms)   13 bucket TTL (ms)        14 route TTL (ms)
---  15 major digest         16 extra slots for a lease (lent only from a bucket
---                              nobody else waits on, with plenty free: a quarter at most)
---  17 spacing (ms): the claim's seeded hold (see model.lua's seed), 0 none
---  18 the claim's kind (see store.Claim.Kind; "" none)
--- The invalid-request guard is not the script's: it counts per store (an
--- IP address), on a key of its own (see invalid.lua).
--- Reply, always an array whose first element is the kind:
---   {0, granted, bucket kind (0 learned, 1 probe, 2 none), holds a ticket (1/0), delay ms}
---      a delay > 0 reserves one slot: the request may go that much later
---   {1, sleep ms, lower bound ms (0: unknown), scope (1 user, 2 global, 3 shared)[, holds a ticket]}
---   {2, retry ms, reason (2 unauthorized, 3 webhook gone)}
---   {3, hash}  the route is learned otherwise: call again with these keys
-local function claim(K, A)
-  local route, guess = A[1], A[2]
-  local isGlobal = A[3] == '1'
-  local glimit, gwindow = tonumber(A[4]), tonumber(A[5])
-  local offset = tonumber(A[6])
-  local tokenAuth = A[7] == '1'
-  local want, prefix = tonumber(A[8]), A[9]
-  local pendingTTL, qid = tonumber(A[10]), A[11]
-  local poll, bucketTTL, routeTTL = tonumber(A[12]), tonumber(A[13]), tonumber(A[14])
-  local majorDigest = A[15]
-  local extra = tonumber(A[16]) or 0
-  local spacing = tonumber(A[17]) or 0
+-- Keys: k dead, k+1 bucket (the bucket of the caller's guess), k+2, k+3
+--   its line, k+4 pbucket (the probe counter of the route and major),
+--   k+5, k+6 its line, k+7 sublimit (see update)
+-- Arguments, from a:
+--   +0 route template    +1 the caller's guess of the route's hash ("" unknown, "\0" none)
+--   +2 global (1/0)      +3 token auth (1/0)      +4 slots wanted (>= 1)
+--   +5 extra slots for a lease (lent only from a bucket nobody else waits on,
+--      with plenty free: a quarter at most)
+--   +6 permit id prefix  +7 major digest         +8 spacing (ms): the seeded hold, 0 none
+--   +9 the claim's kind ("" none)               +10 urgent (1/0)
+--  +11 the guessed bucket's name  +12 the probe counter's name  +13 the kind's name
+local function claim(i, k, a)
+  local guess = ARGV[a + 1]
+  local isGlobal = ARGV[a + 2] == '1'
+  local want, extra = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local sub = ARGV[a + 9]
+  local urgent = ARGV[a + 10] == '1'
 
-  local c = loadCred(K[2])
-  local gpause = c.pause
-
-  local refused = refusal(c, tokenAuth, K[4])
+  local c = loadCred(KEYS[2])
+  local refused = refusal(c, ARGV[a + 3] == '1', KEYS[k])
   if refused then return refused end
 
   -- The claims of a kind go one at a time, whatever process makes them:
   -- the kind has a hidden sublimit, and the next one leaves only once the
   -- response of the one before says whether it met it. A sublimit's 429
-  -- holds them (only them) until it ends. While they wait, their queue
-  -- leaves the bucket's line.
+  -- holds them (only them) until it ends.
   local subTurn = false
-  if A[18] ~= '' then
-    local st = redis.call('HMGET', K[11], 'until', 'busy')
+  if sub ~= '' then
+    local st = redis.call('HMGET', KEYS[k + 7], 'until', 'busy')
     local untilT, busy = tonumber(st[1]) or 0, tonumber(st[2]) or 0
-    local w, lower = 0, 0
     if untilT > now then
-      w = ceil(untilT - now)
-      lower = w
+      local w = ceil(untilT - now)
+      return {1, w, w, 1, 0, ''}
     elseif busy > now then
-      w = poll -- until the response of the one that is out
-    else
-      subTurn = true
-      want, extra = 1, 0
+      -- One is out: its report tells the processes waiting here.
+      local w = math.min(ceil(busy - now), pushWait)
+      redis.call('HSET', KEYS[k + 7], 'w' .. me, now + w + grace)
+      return {1, w, 0, 1, 1, 's' .. ARGV[a + 13]}
     end
-    if not subTurn then
-      redis.call('ZREM', K[6], qid)
-      redis.call('ZREM', K[7], qid)
-      return {1, w, lower, 1, 0}
-    end
+    subTurn, want, extra = true, 1, 0
   end
 
   -- Resolve the route. The caller named the keys of the bucket it expects;
-  -- when the route maps elsewhere it must call again with the right keys.
-  local r = routeHash(K[1], route)
+  -- when the route maps elsewhere it must ask again with the right keys.
+  local r = routeHash(KEYS[1], ARGV[a])
   if r ~= guess then return {3, r} end
-  if r ~= '' then redis.call('PEXPIRE', K[1], routeTTL) end
+  if r ~= '' then touchRoutes(KEYS[1], c, routeTTL) end
 
-  -- The global window first: a claim it refuses need not read the bucket.
-  local cnt, gfree, reserve = 0, 0, nil
-  if isGlobal then
-    if gpause > now then
-      local w = ceil(gpause - now)
-      return {1, w, w, 2}
-    end
-    redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now - gwindow)
-    cnt = redis.call('ZCARD', K[3])
-    gfree = glimit - cnt
-    if gfree <= 0 then
-      -- The window is full. A grant at moment T is allowed when fewer than
-      -- glimit entries lie after T - gwindow, so the first slot opens
-      -- gwindow after the entry glimit places from the end.
-      local e = redis.call('ZRANGE', K[3], cnt - glimit, cnt - glimit, 'WITHSCORES')
-      local score = tonumber(e[2]) or now
-      if score > now then
-        -- That entry's request has not answered yet: its slot opens
-        -- gwindow after its answer, at the latest gwindow after its
-        -- score, at the earliest gwindow after its grant (its score less
-        -- the offset). Wait and ask again.
-        local lower = ceil(score - offset + gwindow - now)
-        return {1, math.min(math.max(lower, poll), ceil(score + gwindow - now)), lower, 2}
-      end
-      -- Its request has answered, so the moment is exact: reserve that
-      -- slot. Grants decided later count this entry and cannot take it, so
-      -- the waiters of every process are served in the order they
-      -- claimed, each with a single claim.
-      reserve = ceil(score + gwindow - now)
-    end
-  end
-
-  local B = K[5]
-  local kind = 0
-  local b, found
+  local B, LK, LT, kind, name = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], 0, ARGV[a + 11]
   if r == '' then
-    kind, B = 1, K[8]
+    B, LK, LT, kind, name = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], 1, ARGV[a + 12]
   elseif r == '\0' then
     kind = 2
   end
-  b, found = loadBucket(B, kind)
+  local b, found = loadBucket(B, kind)
   if kind == 0 and not found then
     -- The route was learned on another major while this major's probe
     -- is still in flight: wait for that probe's answer.
-    local pb = loadBucket(K[8], 1)
-    if pb.pending > 0 then kind, B, b = 1, K[8], pb end
+    local pb = loadBucket(KEYS[k + 4], 1)
+    if pb.pending > 0 then B, LK, LT, kind, name, b = KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], 1, ARGV[a + 12], pb end
   end
-  seed(b, spacing)
+  seed(b, tonumber(ARGV[a + 8]))
 
   if not available(b, now) and now < b.pause then
     local w = ceil(b.pause - now)
-    return {1, w, w, 3}
+    return {1, w, w, 3, 0, ''}
   end
-
-  -- Tickets: process queues that were refused on a learned bucket, in
-  -- arrival order. Each one ahead keeps a slot; what is left is shared with
-  -- those behind.
-  local useTickets = kind == 0
-  local ahead, behind, rank, line = 0, 1, false, 0
-  if useTickets then
-    -- The line holds the same queues as their expiries: an empty line has
-    -- nothing to expire.
-    local m = redis.call('ZCARD', K[6])
-    line = m
-    if m > 0 then
-      local gone = redis.call('ZRANGEBYSCORE', K[7], '-inf', now)
-      if #gone > 0 then
-        for i = 1, #gone, 1000 do
-          local j = math.min(i + 999, #gone)
-          redis.call('ZREM', K[7], unpack(gone, i, j))
-          redis.call('ZREM', K[6], unpack(gone, i, j))
-        end
-        m = redis.call('ZCARD', K[6])
-      end
-      rank = m > 0 and redis.call('ZRANK', K[6], qid)
-    end
-    if rank then
-      ahead, behind = rank, m - rank
-    else
-      ahead, behind = m, 1
-    end
-  end
-
-  -- How many of the model's successive grants at now are this queue's: the
-  -- first ones are kept for the queues ahead.
-  local free = 0
-  if kind == 2 then
-    free = want
-  else
-    local probe = {}
-    for k, v in pairs(b) do probe[k] = v end
-    while free < want + 4 * extra + ahead and available(probe, now) do
-      take(probe, now)
-      free = free + 1
-    end
-  end
-  local avail = free - ahead
-  if avail <= 0 then
-    local sleep, lower = poll, 0
-    local wk = wakeAt(b, now)
-    if wk > 0 and (free == 0 or b.remaining <= 0) then
-      lower = ceil(bound(b, now, ahead) - now)
-      sleep = math.max(ceil(wk - now), lower)
-      if b.sliding then
-        -- One slot drips at a time: the queues ahead take the first ones.
-        sleep = sleep + ceil(ahead * tau(b) / 1000)
-      end
-    end
-    if useTickets then
-      if not rank then redis.call('ZADD', K[6], now, qid) end
-      local exp = now + sleep + poll + 1000
-      redis.call('ZADD', K[7], exp, qid)
-      local keep = ceil(exp - now) + 1000
-      extend(K[6], keep)
-      extend(K[7], keep)
-      return {1, sleep, lower, 1, 1}
-    end
-    return {1, sleep, lower, 1, 0}
-  end
-  avail = math.ceil(avail / behind)
-
-  -- zaddEach adds members prefix .. 1 to prefix .. n to the sorted set key,
-  -- all with score.
-  local function zaddEach(key, score, n)
-    local args = {}
-    for i = 1, n do
-      args[2 * i - 1] = score
-      args[2 * i] = prefix .. i
-    end
-    for i = 1, #args, 1000 do
-      redis.call('ZADD', key, unpack(args, i, math.min(i + 999, #args)))
-    end
-  end
-
-  local k = math.min(want, avail)
-  local plenty = kind == 2 or (b.known and b.remaining - want >= LEASE_FLOOR)
-  local lease = extra > 0 and kind ~= 1 and line == 0 and k == want and plenty
-  if lease then
-    -- Nobody else waits on a bucket with plenty left: lend a few slots,
-    -- no more than it has free now.
-    k = math.min(avail, k + extra)
-  end
-  local delay = 0
-
   if isGlobal then
-    if reserve then
-      delay, k = reserve, 1
-    elseif k > gfree then
-      k = gfree
+    if c.pause > now then
+      local w = ceil(c.pause - now)
+      return {1, w, w, 2, 0, ''}
     end
-    if lease and k > want then
-      k = math.max(math.min(want, gfree), math.min(k, want + math.floor((gfree - want) / 4)))
-    end
-    zaddEach(K[3], now + delay + offset, k)
-    -- Every key gets a TTL when created: one that held entries has one.
-    if cnt > 0 then
-      redis.call('PEXPIRE', K[3], ceil(delay + offset + gwindow) + 1000, 'GT')
+    globalLoad(c)
+  end
+  -- The ticket this claim's waiters hold in lines: the process's own, or
+  -- its urgent one.
+  local holder = me
+  if urgent then holder = me .. '!' end
+
+  -- What the line ahead keeps: each holder ahead of this process keeps
+  -- the slots it waits for, of the bucket and of the global window.
+  local line, aheadB = nil, 0
+  local freeB = want + extra
+  if kind ~= 2 then
+    if b.lineUntil > now then
+      line = lineLoad(LK, LT)
+      aheadB = lineAhead(line, holder, urgent)
     else
-      redis.call('PEXPIRE', K[3], ceil(delay + offset + gwindow) + 1000)
+      line = lineEmpty(LK, LT)
     end
+    freeB = room(b, now, want + extra + aheadB) - aheadB
+  end
+  local aheadG, freeG = 0, want + extra
+  if isGlobal then
+    aheadG = lineAhead(G.line, holder, urgent)
+    freeG = glimit - G.cnt - aheadG
   end
 
-  -- The queue's last grant, so that giving back the slots of a claim whose
-  -- reply was lost changes nothing unless the claim ran.
-  redis.call('SET', K[10], prefix, 'PX', pendingTTL)
-  if subTurn then
-    redis.call('HSET', K[11], 'busy', now + delay + pendingTTL)
-    extend(K[11], ceil(delay + pendingTTL) + 1000)
+  -- While others wait, a turn takes an even share of the counter: the
+  -- waiting processes are served side by side, each at most a share per
+  -- window, rather than one after the other.
+  local turnB, turnG = want, want
+  if line and b.known and b.limit > 0 then
+    turnB = b.limit -- a turn takes at most a window's worth
+    if lineOthers(line, me) then turnB = share(line, holder, b.limit, want) end
   end
+  if isGlobal and lineOthers(G.line, me) then turnG = share(G.line, holder, glimit, want) end
+  local turn = math.min(want, turnB, turnG)
+
+  local n = math.max(0, math.min(turn, freeB, freeG))
+  if extra > 0 and kind ~= 1 and n == want and not (line and lineOthers(line, me))
+    and not (isGlobal and lineOthers(G.line, me)) and (kind == 2 or (b.known and b.remaining - want >= LEASE_FLOOR)) then
+    -- Nobody else waits and plenty is left: lend a few slots, no more than
+    -- the bucket has free now, nor than a quarter of the global window's.
+    local nl = math.min(want + extra, freeB)
+    if isGlobal then nl = math.min(nl, math.max(want, want + math.floor((freeG - want) / 4))) end
+    n = math.max(n, nl)
+  end
+
+  -- The global window is full but the bucket is not: reserve the next
+  -- slots whose opening is exact, each that many ms from now.
+  local delays = nil
+  if isGlobal and n < turn and freeB > n then
+    for j = n + 1, math.min(turn, freeB) do
+      local at, exact = globalSlot(aheadG + j)
+      if not exact or at <= now then break end
+      delays = delays or {}
+      delays[#delays + 1] = ceil(at - now)
+    end
+  end
+  local granted = n
+  if delays then granted = n + #delays end
+
+  if granted < 1 then
+    -- Wait. The holders ahead keep their slots; this process takes a
+    -- ticket behind them, so that it is told, or knows, when its turn
+    -- comes.
+    if freeB < 1 then
+      local at = bound(b, now, aheadB)
+      local wk = wakeAt(b, now)
+      if b.sliding and b.known then
+        -- One slot drips at a time: the holders ahead take the first ones.
+        at = math.max(at, wk) + ceil(aheadB * tau(b) / 1000)
+      elseif wk > at then
+        at = wk
+      end
+      local pushed, lower = 0, ceil(at - now)
+      if at <= now and aheadB > 0 and b.known then
+        -- Only a response can open it, and others are ahead: the one
+        -- ahead tells it when its turn comes; its fallback is a window
+        -- per window's worth of slots ahead.
+        at = now + math.max(b.window, 1) * math.max(1, math.ceil(aheadB / math.max(b.limit, 1)))
+        lower = 0
+      elseif at <= now then
+        -- Only a response, or the holders ahead taking their turn, can
+        -- open it: the line's head is told when.
+        pushed, lower, at = 1, 0, now + pushWait
+      elseif aheadB > 0 and b.known then
+        -- Behind others: the one ahead tells it when its turn comes (see
+        -- the pushes at the end). Its own estimate, which windows that
+        -- open late at Discord make early, is only the fallback: a window
+        -- later.
+        at = at + math.max(b.window, 1)
+      end
+      if line and aheadB > 0 then
+        -- The bucket has room the holders ahead keep: they may be asleep
+        -- on a turn that came sooner than they were told. Tell them.
+        local rn = room(b, now, MAX_PUSH)
+        if rn > 0 then pushHeads(chan, tag, line, name, rn, me) end
+      end
+      if line then
+        local it = intent(line, holder, name, b, B)
+        it.want = it.want + turn
+        it.at = math.max(it.at, at)
+      end
+      return {1, ceil(at - now), lower, 1, pushed, name}
+    end
+    -- The global window: its slot opens then, or (when the entry that
+    -- bounds it has not answered yet) not before then.
+    local at = math.max(globalSlot(aheadG + 1), now + 1)
+    if aheadG > 0 and glimit - G.cnt > 0 then
+      -- The window has room the holders ahead keep: tell the first.
+      pushGlobalHead()
+    end
+    local gt = gticket(holder)
+    gt.want = gt.want + math.min(turn, freeB)
+    gt.at = math.max(gt.at, at)
+    return {1, ceil(at - now), ceil(at - now), 2, 1, 'g'}
+  end
+
+  local latest = 0
+  if delays then latest = delays[#delays] end
   if kind ~= 2 then
-    for _ = 1, k do take(b, now) end
-    b.pendingUntil = now + delay + pendingTTL
+    takeN(b, now, granted)
+    b.pendingUntil = math.max(b.pendingUntil, now + latest + pendingTTL)
     saveBucket(B, b, bucketTTL)
     if kind == 1 then
-      redis.call('HINCRBY', K[9], majorDigest, k)
-      extend(K[9], delay + pendingTTL + 1000)
+      redis.call('HINCRBY', KEYS[4], ARGV[a + 7], granted)
+      extend(KEYS[4], latest + pendingTTL + 1000)
+    end
+  end
+  -- What this claim still waits for, and where: in the bucket's line
+  -- when the bucket (or the share of it this turn takes) left no more,
+  -- in the global window's otherwise.
+  local rest = want - granted
+  local byBucket = granted >= math.min(freeB, turnB)
+  -- nextAt: when the rest may claim again, told with the grant so that it
+  -- need not ask (0: at once).
+  local nextAt = 0
+  if isGlobal then
+    local prefix = ARGV[a + 6]
+    local args = {'ZADD', KEYS[3]}
+    for j = 1, granted do
+      local d = 0
+      if j > n then d = delays[j - n] end
+      args[#args + 1] = now + d + hold
+      args[#args + 1] = prefix .. j
+    end
+    redis.call(unpack(args))
+    G.cnt = G.cnt + granted
+    touchGlobal(KEYS[3], c, now + latest + hold + gwindow)
+    G.served = G.served + granted
+    gticket(holder).served = gticket(holder).served + granted
+    if rest > 0 and not byBucket then
+      -- Its next slot is the one after those the holders in line keep.
+      local others = lineTotal(G.line)
+      if G.line.pos[me] then others = others - G.line.want[G.line.pos[me]] end
+      local at = math.max(globalSlot(others + granted + 1), now + latest + 1)
+      nextAt = ceil(at - now)
+      local gt = gticket(holder)
+      gt.want = gt.want + math.min(rest, turnG)
+      gt.at = math.max(gt.at, at)
+    end
+  end
+  if subTurn then
+    redis.call('HSET', KEYS[k + 7], 'busy', now + latest + pendingTTL)
+    extend(KEYS[k + 7], ceil(latest + pendingTTL) + 1000)
+  end
+  if line then
+    local it = intent(line, holder, name, b, B)
+    it.served = it.served + granted
+    if rest > 0 and byBucket then
+      -- Served in part by the bucket: the rest goes to the back, behind
+      -- every other holder.
+      local others = lineTotal(line)
+      if line.pos[me] then others = others - line.want[line.pos[me]] end
+      local at = bound(b, now, others)
+      if b.sliding and b.known then at = math.max(at, wakeAt(b, now)) + ceil(others * tau(b) / 1000) end
+      if at > now then nextAt = ceil(at - now) end
+      it.want = it.want + math.min(rest, turnB)
+      it.at = math.max(it.at, at, now + latest + 1)
+    end
+  end
+  replyOf[i] = {granted, kind}
+  local limit = 0
+  if b.known then limit = b.limit end
+  if not delays then return {0, granted, kind, limit, nextAt, 0} end
+  local out = {0, granted, kind, limit, nextAt, #delays}
+  for _, d in ipairs(delays) do out[#out + 1] = d end
+  return out
+end
+
+local function undoLost(ki, ai)
+  -- Undone calls: calls of this process whose replies were lost, each
+  -- {number, claims} in ARGV followed by UNDO_ARGS per claim. The one that
+  -- ran last (the one this process's record names) gives back what each of
+  -- its claims was granted: nothing since has settled those slots. An
+  -- earlier one that ran was undone by a later one, which carried it too.
+  --
+  -- Keys per claim: bucket, pbucket (as the claim named them). Arguments:
+  -- permit id prefix, major digest, global (1/0).
+  for _ = 1, undoCalls do
+    local no, claims = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1])
+    ai = ai + 2
+    for i = 1, claims do
+      local g = proc.grants[i]
+      local n, kind = 0, 2
+      if no == proc.call and type(g) == 'table' then n, kind = tonumber(g[1]) or 0, tonumber(g[2]) or 2 end
+      if n > 0 then
+        local key = KEYS[ki]
+        if kind == 1 then key = KEYS[ki + 1] end
+        if kind ~= 2 then
+          local b = loadBucket(key, kind)
+          for _ = 1, n do giveBack(b) end
+          saveBucket(key, b, bucketTTL)
+        end
+        if kind == 1 and redis.call('HINCRBY', KEYS[4], ARGV[ai + 1], -n) <= 0 then
+          redis.call('HDEL', KEYS[4], ARGV[ai + 1])
+        end
+        if ARGV[ai + 2] == '1' then
+          local members = {}
+          for j = 1, n do members[j] = ARGV[ai] .. j end
+          chunked('ZREM', {KEYS[3]}, members)
+        end
+      end
+      ki, ai = ki + UNDO_KEYS, ai + UNDO_ARGS
+    end
+  end
+  return ki, ai
+end
+
+local function applyReports(reply, ki, ai)
+  for _ = 1, nReports do
+    local seq = tonumber(ARGV[ai])
+    if seq > proc.report then
+      reply[#reply + 1] = update(ki, ai + 1)
+      lastReport = math.max(lastReport, seq)
+    else
+      reply[#reply + 1] = -1
+    end
+    ki, ai = ki + REPORT_KEYS, ai + 1 + REPORT_ARGS
+  end
+  return ki, ai
+end
+
+local function answerClaims(reply, ki, ai)
+  reply[#reply + 1] = nClaims
+  for i = 1, nClaims do
+    local r = claim(i, ki, ai)
+    reply[#reply + 1] = #r
+    for _, x in ipairs(r) do reply[#reply + 1] = x end
+    ki, ai = ki + CLAIM_KEYS, ai + CLAIM_ARGS
+  end
+  return ki, ai
+end
+
+local function placeTickets()
+  -- Tickets: a process waits in a line with one ticket for what its claims
+  -- of this call still want; one served in part goes to the back. The
+  -- bucket, or the credential for the global window, keeps until when its
+  -- line may hold tickets, so that no line is read while nobody waits.
+  for _, key in ipairs(intentOrder) do
+    local it = intents[key]
+    if it.want > 0 then
+      local expiry = it.at + grace
+      lineJoin(it.line, it.holder, it.want, expiry, owner(it.holder) ~= it.holder, it.served > 0)
+      if expiry > it.b.lineUntil then
+        it.b.lineUntil = expiry
+        saveBucket(it.bkey, it.b, bucketTTL)
+      end
+    else
+      lineLeave(it.line, it.holder)
+    end
+  end
+  if G then
+    for holder, t in pairs(G.tix) do
+      if t.want > 0 then
+        local expiry = t.at + grace
+        lineJoin(G.line, holder, t.want, expiry, owner(holder) ~= holder, t.served > 0)
+        local c = loadCred(KEYS[2])
+        if expiry > c.glu then
+          c.glu = expiry
+          saveCred()
+        end
+      else
+        lineLeave(G.line, holder)
+      end
     end
   end
 
-  local ticket = 0
-  if useTickets then
-    if want > k then
-      ticket = 1
-      -- Served in part: go to the back of the line.
-      redis.call('ZADD', K[6], now, qid)
-      redis.call('ZADD', K[7], now + poll + 1000, qid)
-      extend(K[6], poll + 2000)
-      extend(K[7], poll + 2000)
-    elseif rank then
-      redis.call('ZREM', K[6], qid)
-      redis.call('ZREM', K[7], qid)
+end
+
+local function leaveLines(ki, ai)
+  -- Lines left: a process told its turn had come in a line whose queues
+  -- had no waiter left gives its place up, rather than keep the others
+  -- waiting for it. Keys: the line and its tickets, and the bucket (the
+  -- global window's line has its own keys). Argument: the line's name
+  -- ('g' for the global window's).
+  for _ = 1, nLeaves do
+    local name = ARGV[ai]
+    if name == 'g' then
+      local c = loadCred(KEYS[2])
+      if c.glu > now then
+        globalLoad(c)
+        if not G.tix[me] then lineLeave(G.line, me) end
+        if not G.tix[me .. '!'] then lineLeave(G.line, me .. '!') end
+        G.lowered = true
+      end
+    else
+      local b = loadBucket(KEYS[ki + 2], 0)
+      if b.lineUntil > now then
+        local line = lineLoad(KEYS[ki], KEYS[ki + 1])
+        if not intents[line.L .. '\0' .. me] then lineLeave(line, me) end
+        if not intents[line.L .. '\0' .. me .. '!'] then lineLeave(line, me .. '!') end
+        local w = watch(KEYS[ki + 2], KEYS[ki], KEYS[ki + 1], name)
+        w.left = true
+      end
+    end
+    ki, ai = ki + LEAVE_KEYS, ai + LEAVE_ARGS
+  end
+
+end
+
+local function sendPushes()
+  -- Pushes: a line whose counter has room now (a response opened it, or
+  -- this process was served and left some) tells its first holders.
+  for _, key in ipairs(watchOrder) do
+    local w = watched[key]
+    if w.retired then
+      pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, 4 * MAX_PUSH, me)
+    elseif w.left then
+      -- The turn this process gave up: the next holder's.
+      local b, line = buckets[key].b, lineLoad(w.lk, w.lt)
+      local rn = room(b, now, MAX_PUSH)
+      if rn > 0 then
+        pushHeads(chan, tag, line, w.name, rn, me)
+      else
+        local nxt = firstOther(line, me)
+        local at = math.max(bound(b, now, 0), wakeAt(b, now))
+        if nxt and at > now then
+          push(chan, tag, owner(nxt), w.name, at - now)
+          lineRetime(line, nxt, at + grace)
+        elseif nxt then
+          push(chan, tag, owner(nxt), w.name, 0)
+        end
+      end
+    elseif w.opened then
+      local rn = room(buckets[key].b, now, MAX_PUSH)
+      if rn > 0 then pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, rn, me) end
     end
   end
-
-  local known = 0
-  if b.known then known = b.limit end
-  return {0, k, kind, ticket, delay, known}
-end
-
-local nu, withClaim = tonumber(ARGV[1]), ARGV[2] == '1'
-local reply = {nu}
-local k, a = 6, 3
-local last = tonumber(redis.call('GET', KEYS[5])) or -1
-local applied = last
-for i = 1, nu do
-  local seq = tonumber(ARGV[a])
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[4], KEYS[k + 3], KEYS[k + 4]}
-  local A = {}
-  for j = 1, UPDATE_ARGS do A[j] = ARGV[a + j] end
-  if seq > last then
-    local r = update(K, A)
-    reply[i + 1] = r[2]
-    applied = math.max(applied, seq)
-  else
-    reply[i + 1] = -1
+  for _, key in ipairs(intentOrder) do
+    local it = intents[key]
+    if it.served > 0 and lineOthers(it.line, me) then
+      -- This process took its turn: the next holders' comes now when the
+      -- bucket has room left, or when it opens again, which they may have
+      -- been told was later (the turn this process took was shorter than
+      -- it waited for).
+      local rn = room(it.b, now, MAX_PUSH)
+      if rn > 0 then
+        pushHeads(chan, tag, it.line, it.name, rn, me)
+      else
+        local nxt = firstOther(it.line, me)
+        local at = math.max(bound(it.b, now, 0), wakeAt(it.b, now))
+        if at > now then
+          push(chan, tag, owner(nxt), it.name, at - now)
+          lineRetime(it.line, nxt, at + grace)
+        end
+      end
+    end
   end
-  k, a = k + 5, a + 1 + UPDATE_ARGS
+  if G and (G.lowered or G.served > 0) then pushGlobalHead() end
+
 end
-if applied > last then
-  redis.call('SET', KEYS[5], applied, 'PX', APPLIED_TTL)
+
+-- stepMain runs one call: begin (common.lua) has set KEYS, ARGV and now.
+local function stepMain()
+  callNo, undoCalls, nLeaves = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  me, chan = ARGV[4], ARGV[5]
+  nReports, nClaims = tonumber(ARGV[6]), tonumber(ARGV[7])
+  glimit, gwindow, hold = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+  pendingTTL, bucketTTL, routeTTL = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+  grace, pushWait, tag = tonumber(ARGV[14]), tonumber(ARGV[15]), ARGV[16]
+  G, watched, watchOrder, replyOf, intents, intentOrder = nil, {}, {}, {}, {}, {}
+
+  proc = {call = 0, report = -1, grants = {}}
+  local v = redis.call('GET', KEYS[5])
+  if v then
+    local ok, p = pcall(cmsgpack.unpack, v)
+    if ok and type(p) == 'table' then
+      proc.call, proc.report = tonumber(p[1]) or 0, tonumber(p[2]) or -1
+      if type(p[3]) == 'table' then proc.grants = p[3] end
+    end
+  end
+  if callNo <= proc.call then return {-1} end
+  lastReport = proc.report
+
+  local ki, ai = undoLost(8, CALL_ARGS + 1)
+  local reply = {1, nReports}
+  ki, ai = applyReports(reply, ki, ai)
+  ki, ai = answerClaims(reply, ki, ai)
+  placeTickets()
+  leaveLines(ki, ai)
+  sendPushes()
+
+  local grants = {}
+  for i = 1, nClaims do
+    grants[i] = replyOf[i] or {0, 2}
+  end
+  redis.call('SET', KEYS[5], cmsgpack.pack({callNo, lastReport, grants}), 'PX', PROC_TTL)
+  flush()
+  return reply
 end
-if withClaim then
-  local K = {KEYS[1], KEYS[2], KEYS[3], KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[4], KEYS[k + 5],
-    KEYS[k + 6]}
-  local A = {}
-  for j = 1, CLAIM_ARGS do A[j] = ARGV[a + j - 1] end
-  local r = claim(K, A)
-  for _, x in ipairs(r) do reply[#reply + 1] = x end
-end
-flush()
-return reply

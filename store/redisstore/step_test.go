@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -15,11 +16,7 @@ import (
 // t without one, or failing it when CI is "true".
 func stepClient(t *testing.T) *redis.Client {
 	t.Helper()
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: redisAddrOrDefault()})
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
@@ -33,115 +30,189 @@ func stepClient(t *testing.T) *redis.Client {
 	return c
 }
 
-// runStep sends st through c and parses its reply of ups updates.
-func runStep(t *testing.T, s *Store, c *redis.Client, st *step, ups int) stepReply {
-	t.Helper()
-	v, err := st.run(t.Context(), c, s.clockArg()).Result()
-	if err != nil {
-		t.Fatalf("step: %v", err)
+func redisAddrOrDefault() string {
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return a
 	}
-	r, err := parseStep(v, ups, st.claims)
-	if err != nil {
-		t.Fatalf("step reply: %v", err)
-	}
-	return r
+	return "127.0.0.1:6379"
 }
 
-// TestStepAppliesUpdatesOnce sends the same update twice, as the outbox
-// does after a call that timed out but ran: the second is skipped, so a
-// slot given back once is not given back twice.
-func TestStepAppliesUpdatesOnce(t *testing.T) {
+// stepper drives the step function of a Store directly, call by call, as
+// a driver would, for one credential.
+type stepper struct {
+	t     *testing.T
+	s     *Store
+	k     credKeys
+	claim store.Claim
+	no    uint64
+}
+
+func newStepper(t *testing.T, name string) *stepper {
 	c := stepClient(t)
-	s := New(c, WithPrefix("ratecordtest:step:"+time.Now().Format(time.RFC3339Nano)))
+	s := New(c, WithPrefix("ratecordtest:"+name+":"+time.Now().Format(time.RFC3339Nano)))
 	t.Cleanup(func() { s.Close() })
-	claim := &store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
+	claim := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
+	return &stepper{t: t, s: s, k: s.keysOf(claim.Credential), claim: claim}
+}
 
-	run := func(st *step, ups int) stepReply { t.Helper(); return runStep(t, s, c, st, ups) }
-	claimOnly := func(guess string, n int) claimReply {
-		var st step
-		st.claim(s, claim, guess, n, 0, s.nextID()+":", "q")
-		return run(&st, 0).claim
+// call sends st, numbered no, and returns its reply, or the error of a
+// reply Redis refused or did not give.
+func (sp *stepper) call(st *step, no uint64) (stepReply, error) {
+	sp.t.Helper()
+	st.build(sp.s, sp.k, digest(sp.claim.Credential), no, 50)
+	v, err := st.run(sp.t.Context(), sp.s).Result()
+	if err != nil {
+		return stepReply{}, err
 	}
+	return parseStep(v, st.nReports, st.nClaims)
+}
 
-	// A probe, whose response names the bucket: 2 per 10 s, 1 left.
-	r := claimOnly("", 1)
-	if r.kind != replyGrant || r.count != 1 || r.bkind != kindProbe {
-		t.Fatalf("first claim = %+v; want one probe slot", r)
-	}
-	probe := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindProbe, member: "p1"}
-	learned := store.Update{Sent: true, Status: 200,
-		Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}
+// next returns the number of a new call.
+func (sp *stepper) next() uint64 {
+	sp.no++
+	return sp.no
+}
+
+// claimOnly claims n slots on the route, its hash guessed as guess, in a
+// call of its own, and returns the claim's reply and its permit prefix.
+func (sp *stepper) claimOnly(guess string, n int) (claimReply, string) {
+	sp.t.Helper()
+	no := sp.next()
+	prefix := permitPrefix(sp.s.id, no, 1)
 	var st step
-	st.update(s, probe, learned, 1)
-	run(&st, 1)
+	st.claim(sp.s, sp.k, &sp.claim, guess, n, 0, prefix)
+	r, err := sp.call(&st, no)
+	if err != nil {
+		sp.t.Fatalf("claim: %v", err)
+	}
+	return r.claims[0], prefix
+}
+
+// report sends the report u of h, numbered seq, in a call of its own.
+func (sp *stepper) report(h *permit, u store.Update, seq uint64) {
+	sp.t.Helper()
+	var st step
+	st.report(sp.s, sp.k, h, &u, seq, 0)
+	if _, err := sp.call(&st, sp.next()); err != nil {
+		sp.t.Fatalf("report: %v", err)
+	}
+}
+
+func (sp *stepper) permit(kind int, hash, member string) *permit {
+	return &permit{cred: sp.claim.Credential, route: sp.claim.Route, major: sp.claim.Major, kind: kind, hash: hash, member: member}
+}
+
+// learn probes the route and reports a bucket of 2 per 10 s with one
+// slot left.
+func (sp *stepper) learn() {
+	sp.t.Helper()
+	r, prefix := sp.claimOnly("", 1)
+	if r.kind != replyGrant || r.count != 1 || r.bkind != kindProbe {
+		sp.t.Fatalf("first claim = %+v; want one probe slot", r)
+	}
+	sp.report(sp.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, sp.next())
+}
+
+// TestStepAppliesReportsOnce sends the same report twice, as a driver does
+// after a call that timed out but ran: the second is skipped, so a slot
+// given back once is not given back twice.
+func TestStepAppliesReportsOnce(t *testing.T) {
+	sp := newStepper(t, "once")
+	sp.learn()
 
 	// The last slot of the window, never sent: its give-back is sent twice.
-	r = claimOnly("h", 1)
+	r, prefix := sp.claimOnly("h", 1)
 	if r.kind != replyGrant || r.count != 1 {
 		t.Fatalf("claim of the last slot = %+v; want one slot", r)
 	}
-	unsent := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: "p2"}
-	back := store.Update{}
+	seq := sp.next()
 	for range 2 {
-		var st step
-		st.update(s, unsent, back, 2)
-		run(&st, 1)
+		sp.report(sp.permit(kindLearned, "h", prefix+"1"), store.Update{}, seq)
 	}
-
 	// One slot came back, not two.
-	r = claimOnly("h", 2)
-	if r.kind != replyGrant || r.count != 1 {
-		t.Fatalf("claim of 2 after one slot was given back twice with the same number = %+v; want 1 slot", r)
-	}
-	// And a later update still applies.
-	var st2 step
-	st2.update(s, &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: "p3"}, back, 3)
-	run(&st2, 1)
-	if r = claimOnly("h", 2); r.kind != replyGrant || r.count != 1 {
-		t.Fatalf("claim after a newer give-back = %+v; want 1 slot", r)
+	if r, _ := sp.claimOnly("h", 2); r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("claim of 2 after one slot was given back twice under one number = %+v; want 1 slot", r)
 	}
 }
 
-// TestOrphanGiveBackOnlyIfClaimRan gives back the slots of a claim whose
-// reply was lost: Redis takes them back only if that claim ran, so a claim
-// that never reached Redis adds no slot.
-func TestOrphanGiveBackOnlyIfClaimRan(t *testing.T) {
-	c := stepClient(t)
-	s := New(c, WithPrefix("ratecordtest:orphan:"+time.Now().Format(time.RFC3339Nano)))
-	t.Cleanup(func() { s.Close() })
-	claim := &store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
-	run := func(st *step, ups int) stepReply { t.Helper(); return runStep(t, s, c, st, ups) }
-	seq := uint64(0)
-	claimAs := func(guess, prefix string) claimReply {
-		var st step
-		st.claim(s, claim, guess, 1, 0, prefix, "q")
-		return run(&st, 0).claim
-	}
-	giveBack := func(member string) {
-		var st step
-		seq++
-		h := &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindLearned, hash: "h", member: member, qid: "q"}
-		st.update(s, h, store.Update{}, seq)
-		run(&st, 1)
-	}
-	if r := claimAs("", "probe:"); r.kind != replyGrant {
-		t.Fatalf("probe claim = %+v", r)
-	}
+// TestStepIgnoresLateCopy sends a call again after a later one ran, as a
+// call whose reply was lost may reach Redis late: it changes nothing.
+func TestStepIgnoresLateCopy(t *testing.T) {
+	sp := newStepper(t, "late")
+	sp.learn()
+	late := sp.next()
+	sp.next() // a later call runs first
 	var st step
-	seq++
-	st.update(s, &permit{cred: "bot", route: claim.Route, major: claim.Major, kind: kindProbe, member: "probe:1"},
-		store.Update{Sent: true, Status: 200,
-			Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, seq)
-	run(&st, 1)
-	if r := claimAs("h", "ran:"); r.kind != replyGrant || r.count != 1 {
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1))
+	if _, err := sp.call(&st, sp.no); err != nil {
+		t.Fatal(err)
+	}
+	var again step
+	again.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1))
+	if _, err := sp.call(&again, late); !errors.Is(err, errStale) {
+		t.Fatalf("a late copy of a call = %v; want errStale", err)
+	}
+}
+
+// TestStepUndoesLostCall undoes a call whose reply was lost: Redis gives
+// back what it granted if it ran, and nothing if it did not.
+func TestStepUndoesLostCall(t *testing.T) {
+	sp := newStepper(t, "undo")
+	sp.learn()
+
+	// A claim that ran, its reply lost: its slot was the window's last.
+	r, prefix := sp.claimOnly("h", 1)
+	if r.kind != replyGrant || r.count != 1 {
 		t.Fatalf("claim of the last slot = %+v; want one slot", r)
 	}
-	giveBack("lost:1") // a claim that never ran
-	if r := claimAs("h", "next:"); r.kind == replyGrant {
-		t.Fatalf("claim after giving back a slot of a claim that never ran = %+v; want a wait", r)
+	ran := &lostCall{no: sp.no, claims: []lostClaim{{bid: learnedID("h", sp.claim.Major),
+		pid: probeID(sp.claim.Route, sp.claim.Major), prefix: prefix, major: sp.claim.Major}}}
+	// A lost call that never ran, undone first: nothing comes back.
+	never := &lostCall{no: sp.no + 100, claims: ran.claims}
+	var st step
+	st.undoCall(sp.s, sp.k, never)
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.no+101, 1))
+	sp.no += 101
+	rep, err := sp.call(&st, sp.no)
+	if err != nil {
+		t.Fatal(err)
 	}
-	giveBack("ran:1") // the claim that ran: its slot comes back
-	if r := claimAs("h", "again:"); r.kind != replyGrant || r.count != 1 {
-		t.Fatalf("claim after giving back the slot of the claim that ran = %+v; want one slot", r)
+	if c := rep.claims[0]; c.kind == replyGrant {
+		t.Fatalf("claim after undoing a call that never ran = %+v; want a wait", c)
+	}
+	// Undoing the call that ran gives its slot back, if that call was the
+	// last one applied: here the call that just refused came after it, so
+	// nothing comes back either.
+	var st2 step
+	st2.undoCall(sp.s, sp.k, ran)
+	st2.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.next(), 1))
+	rep, err = sp.call(&st2, sp.no)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.claims[0]; c.kind == replyGrant {
+		t.Fatalf("claim after undoing a call a later one followed = %+v; want a wait", c)
+	}
+
+	// A granted claim whose reply was lost, undone by the very next call:
+	// its slot comes back.
+	sp2 := newStepper(t, "undo2")
+	sp2.learn()
+	r, prefix = sp2.claimOnly("h", 1)
+	if r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("claim of the last slot = %+v; want one slot", r)
+	}
+	lost := &lostCall{no: sp2.no, claims: []lostClaim{{bid: learnedID("h", sp2.claim.Major),
+		pid: probeID(sp2.claim.Route, sp2.claim.Major), prefix: prefix, major: sp2.claim.Major}}}
+	var st3 step
+	st3.undoCall(sp2.s, sp2.k, lost)
+	st3.claim(sp2.s, sp2.k, &sp2.claim, "h", 1, 0, permitPrefix(sp2.s.id, sp2.next(), 1))
+	rep, err = sp2.call(&st3, sp2.no)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.claims[0]; c.kind != replyGrant || c.count != 1 {
+		t.Fatalf("claim after undoing the lost call that ran = %+v; want the slot it had taken", c)
 	}
 }

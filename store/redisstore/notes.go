@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratecord/ratecord/store/internal/edge"
+)
+
+// A Store follows two channels, on one subscription:
+//
+//   - its own, channelPrefix() + its id, where the scripts push "<tag>
+//     <line> <ms>" when the turn of this process in a line it waits in (a
+//     bucket, the global window, the requests of a kind) has come or moved:
+//     a report of another process opened the counter, or the process
+//     ahead took its turn and left room, or left the next opening to this
+//     one. Only the processes whose turn it is are told, so a push costs
+//     Redis one delivery, however many processes share the credential.
+//   - its group's, edgeChannel(), where processes publish the Cloudflare
+//     blocks they meet and the group's count of invalid responses when it
+//     crosses an eighth of the budget.
+//
+// Pub/sub over keyspace notifications or client tracking, which would tell
+// every process of every change of a key it watches, and over blocking
+// pops, which would hold a connection per waiting queue: a push reaches
+// the one process it concerns, and a subscription costs one connection per
+// process. Pub/sub delivers at most once: a subscription that was down
+// (a reconnection) has every queue ask again, and every wait has a
+// deadline of its own ([WithPushWait]), so a lost push costs time, never a
+// wrong grant.
+
+// procChannel is the channel the scripts push to for this Store.
+func (s *Store) procChannel() string { return s.channelPrefix() + s.id }
+
+// watch starts following the Store's channels, once. A Ring's scripts run
+// on the shard of their credential and publish there: the Store follows
+// its own channel on every shard, and the group's on the shard its name
+// picks, where the processes publish it.
+func (s *Store) watch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.watching.Load() {
+		return
+	}
+	s.watching.Store(true)
+	if ring, ok := s.client.(*redis.Ring); ok {
+		_ = ring.ForEachShard(s.ctx, func(ctx context.Context, c *redis.Client) error {
+			s.wg.Add(1)
+			go s.follow(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, s.procChannel()) })
+			return nil
+		})
+		s.wg.Add(1)
+		go s.follow(func(ctx context.Context) *redis.PubSub { return s.client.Subscribe(ctx, s.edgeChannel()) })
+		return
+	}
+	s.wg.Add(1)
+	go s.follow(func(ctx context.Context) *redis.PubSub {
+		return s.client.Subscribe(ctx, s.edgeChannel(), s.procChannel())
+	})
+}
+
+// follow receives the messages of one subscription until the Store
+// closes.
+func (s *Store) follow(subscribe func(context.Context) *redis.PubSub) {
+	defer s.wg.Done()
+	ps := subscribe(s.ctx)
+	// A read of the subscription does not end with its context: closing
+	// the subscription ends it.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-s.done:
+		case <-stop:
+		}
+		_ = ps.Close()
+	}()
+	for {
+		msg, err := ps.Receive(s.ctx)
+		if s.ctx.Err() != nil {
+			return
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			s.note(m.Channel, m.Payload)
+			continue
+		case *redis.Subscription:
+			// Subscribed, for the first time or again: what was published
+			// meanwhile is lost.
+			switch m.Channel {
+			case s.edgeChannel():
+				_ = s.readGates(s.ctx)
+				s.readInvalid()
+			case s.procChannel():
+				s.resync()
+			}
+			continue
+		}
+		if err != nil {
+			// The subscription reconnects on the next Receive; do not spin.
+			t := time.NewTimer(s.probeEvery)
+			select {
+			case <-s.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// note applies a message of one of the Store's channels.
+func (s *Store) note(channel, payload string) {
+	if channel != s.edgeChannel() {
+		if tag, name, at, ok := parsePush(payload); ok {
+			s.pushed(tag, name, at)
+		}
+		return
+	}
+	if st, ok := parseBlockNote(payload); ok {
+		// The hash may not hold the block yet: a note follows once it
+		// does.
+		s.gates.Merge([]edge.State{st}, time.Now())
+		return
+	}
+	if n, free, ok := parseInvalidNote(payload); ok {
+		s.invalidNote(n, free)
+		return
+	}
+	_ = s.readGates(s.ctx)
+}
+
+// parseInvalidNote reads the note a process publishes when the group's
+// count of invalid responses crosses an eighth of the budget: "i", the
+// count and the milliseconds until its oldest response stops counting,
+// one per line.
+func parseInvalidNote(p string) (int, time.Duration, bool) {
+	parts := strings.Split(p, "\n")
+	if len(parts) != 3 || parts[0] != "i" {
+		return 0, 0, false
+	}
+	n, err1 := strconv.Atoi(parts[1])
+	ms, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || n < 0 || ms < 0 || ms > 86_400_000 {
+		return 0, 0, false
+	}
+	return n, time.Duration(ms) * time.Millisecond, true
+}
+
+// parsePush reads a push: the credential's tag, the line's name and in how
+// many milliseconds the receiver's turn comes, separated by spaces.
+func parsePush(p string) (tag, name string, at time.Duration, ok bool) {
+	tag, rest, ok1 := strings.Cut(p, " ")
+	name, ms, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || tag == "" || name == "" {
+		return "", "", 0, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n < 0 || n > 86_400_000 {
+		return "", "", 0, false
+	}
+	return tag, name, time.Duration(n) * time.Millisecond, true
+}
