@@ -182,36 +182,65 @@ local LINE_TTL = 600000
 
 local lines
 
+-- A line is read from its head: the first LINE_HEAD tickets, whose wants
+-- a claim near the front sums exactly; a ticket further back counts as
+-- many slots ahead as its rank times the average want of the head's
+-- tickets. Only the first processes of a line are told their turns, so
+-- that is all a call needs; and it bounds the work of a call however many
+-- processes wait.
+local LINE_HEAD = 16
+
+local function newLine(L, D)
+  local line = {L = L, D = D, ids = {}, want = {}, lane = {}, exp = {}, pos = {}, n = 0, sum = 0, rank = {}}
+  lines[L] = line
+  return line
+end
+
 -- lineLoad returns the line kept at keys L (order) and D (tickets), read
--- once per script: its valid holders in order, their wants, lanes and
--- positions.
-local function lineLoad(L, D)
+-- once per call: its head's valid tickets in order, their wants, lanes,
+-- expiries and positions, how many tickets it holds (n), and the rank of
+-- the tickets of process id beyond its head. Expired tickets of the head
+-- are dropped.
+local function lineLoad(L, D, id)
   local line = lines[L]
   if line then return line end
-  line = {L = L, D = D, ids = {}, want = {}, lane = {}, exp = {}, pos = {}}
-  lines[L] = line
-  local ids = redis.call('ZRANGE', L, 0, -1)
+  line = newLine(L, D)
+  local ids = redis.call('ZRANGE', L, 0, LINE_HEAD - 1)
   if #ids == 0 then return line end
+  line.n = #ids
+  if #ids == LINE_HEAD then line.n = redis.call('ZCARD', L) end
   local fields = {}
-  for i, id in ipairs(ids) do fields[i] = id end
+  for i, m in ipairs(ids) do fields[i] = m end
   fields[#ids + 1] = '_h'
-  local data = chunked('HMGET', {D}, fields)
+  local data = redis.call('HMGET', D, unpack(fields))
   line.h = tonumber(data[#ids + 1]) or 0
-  local gone = {}
-  for i, id in ipairs(ids) do
+  local gone = nil
+  for i, m in ipairs(ids) do
     local v = data[i]
     local w, exp, lane = nil, nil, nil
     if v then w, exp, lane = string.match(v, '^(%d+)|(%d+)|(%d)$') end
     if w and tonumber(exp) > now then
       local j = #line.ids + 1
-      line.ids[j], line.want[j], line.lane[j], line.exp[j], line.pos[id] = id, tonumber(w), lane == '1', tonumber(exp), j
+      w = tonumber(w)
+      line.ids[j], line.want[j], line.lane[j], line.exp[j], line.pos[m] = m, w, lane == '1', tonumber(exp), j
+      line.sum = line.sum + w
     else
-      gone[#gone + 1] = id
+      gone = gone or {}
+      gone[#gone + 1] = m
     end
   end
-  if #gone > 0 then
-    chunked('ZREM', {L}, gone)
-    chunked('HDEL', {D}, gone)
+  if gone then
+    redis.call('ZREM', L, unpack(gone))
+    redis.call('HDEL', D, unpack(gone))
+    line.n = line.n - #gone
+  end
+  if id and line.n > #line.ids then
+    for _, m in ipairs({id, id .. '!'}) do
+      if not line.pos[m] then
+        local r = redis.call('ZRANK', L, m)
+        if r then line.rank[m] = r - (#ids - #line.ids) end
+      end
+    end
   end
   return line
 end
@@ -219,33 +248,38 @@ end
 -- lineEmpty returns the line kept at keys L and D, known to hold no
 -- ticket (its counter says nobody waits), without reading it.
 local function lineEmpty(L, D)
-  local line = lines[L]
-  if line then return line end
-  line = {L = L, D = D, ids = {}, want = {}, lane = {}, exp = {}, pos = {}}
-  lines[L] = line
-  return line
+  return lines[L] or newLine(L, D)
 end
 
--- lineAhead returns how many slots the holders of line ahead of id keep,
--- where id stands or, when it holds no ticket or changes lanes, would
--- stand (an urgent ticket behind the urgent ones only), and id's position
--- (nil when none).
+-- average returns the average want of the head of line (1 when empty).
+local function average(line)
+  if #line.ids == 0 then return 1 end
+  return line.sum / #line.ids
+end
+
+-- lineAhead returns how many slots the tickets of line ahead of ticket id
+-- keep, where id stands or, when it holds no ticket, would stand (an
+-- urgent ticket behind the urgent ones only), and id's position in the
+-- head (nil when none).
 local function lineAhead(line, id, urgent)
   local p = line.pos[id]
-  if p and line.lane[p] ~= urgent then p = nil end
   local sum = 0
   for j = 1, #line.ids do
-    if j == p or urgent and not line.lane[j] then break end
-    if line.ids[j] ~= id then sum = sum + line.want[j] end
+    if j == p or urgent and not line.lane[j] then return sum, p end
+    sum = sum + line.want[j]
   end
-  return sum, line.pos[id]
+  -- Beyond the head: where id stands, or at the back.
+  local r = line.rank[id]
+  if not r then
+    if urgent and #line.ids < line.n and not line.lane[#line.ids] then return sum, p end
+    r = line.n
+  end
+  return sum + math.max(0, r - #line.ids) * average(line), p
 end
 
--- lineTotal returns how many slots every holder of line keeps.
+-- lineTotal returns how many slots every ticket of line keeps.
 local function lineTotal(line)
-  local sum = 0
-  for j = 1, #line.ids do sum = sum + line.want[j] end
-  return sum
+  return line.sum + math.max(0, line.n - #line.ids) * average(line)
 end
 
 -- lineRetime makes the ticket of id, a holder of line told its turn comes
@@ -270,17 +304,17 @@ end
 -- lineOthers reports whether a ticket of another process than id waits in
 -- line.
 local function lineOthers(line, id)
-  for _, m in ipairs(line.ids) do
-    if m ~= id and m ~= id .. '!' then return true end
-  end
-  return false
+  local mine = 0
+  if line.pos[id] or line.rank[id] then mine = mine + 1 end
+  if line.pos[id .. '!'] or line.rank[id .. '!'] then mine = mine + 1 end
+  return line.n > mine
 end
 
 -- lineJoin gives the ticket id (see owner) want slots until expiry, in
 -- the urgent lane or not. A ticket keeps its place unless it goes to the
 -- back (again: it was served in part); a new place is at now.
 local function lineJoin(line, id, want, expiry, urgent, again)
-  local p = line.pos[id]
+  local p = line.pos[id] or line.rank[id]
   if not p or again then
     local order = now
     if urgent then order = now - URGENT end
@@ -300,7 +334,7 @@ end
 
 -- lineLeave takes id's ticket out of line.
 local function lineLeave(line, id)
-  if line.pos[id] then
+  if line.pos[id] or line.rank[id] then
     redis.call('ZREM', line.L, id)
     redis.call('HDEL', line.D, id)
   end

@@ -10,9 +10,9 @@
 --                    glu (until when processes may wait in the global line), ms
 --   3 global  ZSET   the global window: permit id -> latest arrival at Discord (ms)
 --   4 probes  HASH   major digest -> probe requests in flight
---   5 proc    STRING this process's record for the credential (MessagePack): the
---                    number of its last call applied, of its last report applied,
---                    and what each claim of that call was granted
+--   5 proc    STRING this process's record for the credential: the number of its
+--                    last call applied, of its last report applied, and what each
+--                    claim of that call was granted
 --   6 gline   ZSET   the global window's line (see common.lua)
 --   7 gtix    HASH   its tickets
 --   then UNDO_KEYS per claim of an undone call, REPORT_KEYS per report,
@@ -72,7 +72,7 @@ local function globalLoad(c)
   if not G then
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - gwindow)
     G = {cnt = redis.call('ZCARD', KEYS[3]), served = 0, tix = {}}
-    if c.glu > now then G.line = lineLoad(KEYS[6], KEYS[7]) else G.line = lineEmpty(KEYS[6], KEYS[7]) end
+    if c.glu > now then G.line = lineLoad(KEYS[6], KEYS[7], me) else G.line = lineEmpty(KEYS[6], KEYS[7]) end
   end
   return G
 end
@@ -358,8 +358,8 @@ end
 -- what it wants, if less), so that a turn is worth its round trips.
 local TURN_MIN = 4
 local function share(line, id, limit, want)
-  local n = #line.ids
-  if not line.pos[id] then n = n + 1 end
+  local n = line.n
+  if not (line.pos[id] or line.rank[id]) then n = n + 1 end
   if n <= 1 or limit <= 0 then return limit end
   return math.min(limit, math.max(math.ceil(limit / n), math.min(want, TURN_MIN)))
 end
@@ -453,7 +453,7 @@ local function claim(i, k, a)
   local freeB = want + extra
   if kind ~= 2 then
     if b.lineUntil > now then
-      line = lineLoad(LK, LT)
+      line = lineLoad(LK, LT, me)
       aheadB = lineAhead(line, holder, urgent)
     else
       line = lineEmpty(LK, LT)
@@ -594,7 +594,8 @@ local function claim(i, k, a)
     if rest > 0 and not byBucket then
       -- Its next slot is the one after those the holders in line keep.
       local others = lineTotal(G.line)
-      if G.line.pos[me] then others = others - G.line.want[G.line.pos[me]] end
+      local p = G.line.pos[holder]
+      if p then others = others - G.line.want[p] elseif G.line.rank[holder] then others = others - average(G.line) end
       local at = math.max(globalSlot(others + granted + 1), now + latest + 1)
       nextAt = ceil(at - now)
       local gt = gticket(holder)
@@ -613,7 +614,8 @@ local function claim(i, k, a)
       -- Served in part by the bucket: the rest goes to the back, behind
       -- every other holder.
       local others = lineTotal(line)
-      if line.pos[me] then others = others - line.want[line.pos[me]] end
+      local p = line.pos[holder]
+      if p then others = others - line.want[p] elseif line.rank[holder] then others = others - average(line) end
       local at = bound(b, now, others)
       if b.sliding and b.known then at = math.max(at, wakeAt(b, now)) + ceil(others * tau(b) / 1000) end
       if at > now then nextAt = ceil(at - now) end
@@ -642,10 +644,17 @@ local function undoLost(ki, ai)
   for _ = 1, undoCalls do
     local no, claims = tonumber(ARGV[ai]), tonumber(ARGV[ai + 1])
     ai = ai + 2
+    local grants = {}
+    if no == proc.call then
+      -- The record's grants: "claim/count/kind" per claim that was granted.
+      for i, n, kind in string.gmatch(proc.grants, '(%d+)/(%d+)/(%d)') do
+        grants[tonumber(i)] = {tonumber(n), tonumber(kind)}
+      end
+    end
     for i = 1, claims do
-      local g = proc.grants[i]
+      local g = grants[i]
       local n, kind = 0, 2
-      if no == proc.call and type(g) == 'table' then n, kind = tonumber(g[1]) or 0, tonumber(g[2]) or 2 end
+      if g then n, kind = g[1], g[2] end
       if n > 0 then
         local key = KEYS[ki]
         if kind == 1 then key = KEYS[ki + 1] end
@@ -823,14 +832,13 @@ local function stepMain()
   grace, pushWait, tag = tonumber(ARGV[14]), tonumber(ARGV[15]), ARGV[16]
   G, watched, watchOrder, replyOf, intents, intentOrder = nil, {}, {}, {}, {}, {}
 
-  proc = {call = 0, report = -1, grants = {}}
+  -- The record: "call:report:grants", grants as "claim/count/kind" for
+  -- each claim of the call that was granted.
+  proc = {call = 0, report = -1, grants = ''}
   local v = redis.call('GET', KEYS[5])
   if v then
-    local ok, p = pcall(cmsgpack.unpack, v)
-    if ok and type(p) == 'table' then
-      proc.call, proc.report = tonumber(p[1]) or 0, tonumber(p[2]) or -1
-      if type(p[3]) == 'table' then proc.grants = p[3] end
-    end
+    local c, r, g = string.match(v, '^(%d+):(%-?%d+):(.*)$')
+    if c then proc.call, proc.report, proc.grants = tonumber(c), tonumber(r), g end
   end
   if callNo <= proc.call then return {-1} end
   lastReport = proc.report
@@ -843,11 +851,12 @@ local function stepMain()
   leaveLines(ki, ai)
   sendPushes()
 
-  local grants = {}
+  local record = string.format('%d:%d:', callNo, lastReport)
   for i = 1, nClaims do
-    grants[i] = replyOf[i] or {0, 2}
+    local g = replyOf[i]
+    if g then record = record .. i .. '/' .. g[1] .. '/' .. g[2] .. ' ' end
   end
-  redis.call('SET', KEYS[5], cmsgpack.pack({callNo, lastReport, grants}), 'PX', PROC_TTL)
+  redis.call('SET', KEYS[5], record, 'PX', PROC_TTL)
   flush()
   return reply
 end
