@@ -120,6 +120,12 @@ const (
 	// EventGuardTripped: the invalid-request guard or a 401/404 cooldown
 	// refused the request.
 	EventGuardTripped
+	// EventLapsed: the request's grant lapsed before it could leave (its
+	// process was descheduled or frozen between the grant and the write;
+	// see [store.Reservation.SendBy]). It is claimed again, keeping its
+	// place in line, rather than reach Discord after its slot stopped
+	// counting.
+	EventLapsed
 )
 
 // String returns the kind's name, such as "rate_limited".
@@ -133,6 +139,8 @@ func (k EventKind) String() string {
 		return "gave_up"
 	case EventGuardTripped:
 		return "guard_tripped"
+	case EventLapsed:
+		return "lapsed"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

@@ -50,6 +50,7 @@ const (
 	eventGaveUp      = "ratecord.gave_up"
 	eventGuard       = "ratecord.guard_tripped"
 	eventStoreError  = "ratecord.store_error"
+	eventLapsed      = "ratecord.grant_lapsed"
 )
 
 // Metric names, with their units in newTelemetry.

@@ -188,6 +188,8 @@ func (r *reqTelemetry) event(e *Event) {
 		attrs = append(attrs, semconv.HTTPRequestResendCount(e.Attempt))
 	case EventGuardTripped:
 		name = eventGuard
+	case EventLapsed:
+		name = eventLapsed
 	}
 	r.span.AddEvent(name, trace.WithAttributes(attrs...))
 }

@@ -106,6 +106,12 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
+// maxLapses is how many lapsed grants (see [store.Reservation.SendBy]) a
+// request gives back before it goes on the next one anyway: a store whose
+// answers take longer than half its hold would lapse every grant, and the
+// request must not claim forever.
+const maxLapses = 3
+
 // RoundTrip sends req within the rate limits: it keys the request, claims a
 // slot from the store (waiting if it must), sends it, reports what the
 // response says back to the store, and sends a 429 again when it may.
@@ -136,8 +142,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	var bo backoff.BackOff
 
+	lapsed, lapses := false, 0
 	for attempt := 1; ; attempt++ {
-		claim.Retry = attempt > 1 // a retry keeps its place in line
+		claim.Retry = attempt > 1 || lapsed // a retry keeps its place in line
 		tel.queue(+1)
 		permit, err := t.store.Acquire(ctx, claim)
 		tel.queue(-1)
@@ -154,6 +161,25 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			permit.Recycle()
 			attempt--
 			continue
+		}
+		if permit.Lapsed() {
+			if lapses < maxLapses {
+				// The grant lapsed before the request could leave (the
+				// process was descheduled or frozen since): sent now, it
+				// might reach Discord after the store stopped counting it.
+				// Give it back and claim again, keeping the request's
+				// place in line.
+				t.event(&tel, Event{Kind: EventLapsed, Route: key.route, Bucket: bucket, Scope: store.ScopeGlobal, Attempt: attempt})
+				t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again",
+					slog.String("route", key.route), slog.String("bucket", bucket))
+				permit.Recycle()
+				attempt--
+				lapsed = true
+				lapses++
+				continue
+			}
+			t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed again; sending on it (the store answers slower than half the global hold)",
+				slog.String("route", key.route), slog.String("bucket", bucket), slog.Int("lapses", lapses))
 		}
 		out, err := t.prepare(req, attempt)
 		if err != nil {

@@ -75,9 +75,10 @@ type Policy struct {
 	// GlobalHold bounds how long after its grant a request may reach
 	// Discord. Its global slot's window starts when its response arrives
 	// (it reached Discord by then), or GlobalHold after the grant if that is
-	// earlier, so a request that was slow to leave cannot share a window
-	// with later ones. Zero means [DefaultGlobalHold]; it is never less than
-	// ResetOffset.
+	// earlier. A grant lapses when its request has not left within half of
+	// GlobalHold ([Reservation.SendBy]): a request that was slow to leave is
+	// claimed again rather than share a window with later ones. Zero means
+	// [DefaultGlobalHold]; it is never less than ResetOffset.
 	GlobalHold time.Duration
 	// ResetOffset is the safety margin added to every reset and pause,
 	// absorbing latency and clock jitter between Discord's servers. Zero
@@ -232,6 +233,13 @@ type Settler interface {
 	Settle(ctx context.Context, r *Reservation, u Update) error
 }
 
+// Lapser is implemented by stores whose grants lapse (see
+// [Reservation.SendBy]): Lapsed reports, on the store's clock, whether r's
+// grant has lapsed. [Reservation.Lapsed] calls it.
+type Lapser interface {
+	Lapsed(r *Reservation) bool
+}
+
 // Reservation is a store's grant for one request: the request may be sent.
 // Exactly one report settles it: [Reservation.Report] says what the response
 // taught, [Reservation.Cancel] that the request was not sent. Later calls
@@ -247,6 +255,15 @@ type Reservation struct {
 	Bucket string
 	// Waited is how long Acquire blocked.
 	Waited time.Duration
+	// SendBy, when not zero, is when the grant lapses, on the issuing
+	// store's clock: a request that has not left by then (its process was
+	// descheduled, or frozen, between the grant and the write) may reach
+	// Discord after the store stopped counting it, and must be given back
+	// ([Reservation.Cancel]) and claimed again. [Reservation.Lapsed] tells.
+	// Stores set it for claims that count against the global window: half
+	// of [Policy.GlobalHold] after the grant, the other half being for the
+	// request to reach Discord.
+	SendBy time.Time
 
 	settler Settler
 	handle  any
@@ -261,7 +278,7 @@ var reservations = sync.Pool{New: func() any { return new(Reservation) }}
 // must not keep the reservation once it has settled it.
 func NewReservation(s Settler, c Claim, bucket string, waited time.Duration, handle any, token uint64) *Reservation {
 	r := reservations.Get().(*Reservation)
-	r.Claim, r.Bucket, r.Waited = c, bucket, waited
+	r.Claim, r.Bucket, r.Waited, r.SendBy = c, bucket, waited, time.Time{}
 	r.settler, r.handle, r.token = s, handle, token
 	r.state.Store(0)
 	return r
@@ -298,6 +315,18 @@ func (r *Reservation) Report(ctx context.Context, u Update) error {
 // does nothing when the reservation was already settled.
 func (r *Reservation) Cancel() {
 	_ = r.Report(context.Background(), Update{})
+}
+
+// Lapsed reports whether the grant has lapsed: the request must not be
+// sent on it. The caller cancels r and claims again. A caller checks just
+// before it hands the request to the network, after every wait of its own;
+// the grant is good when its store does not implement [Lapser].
+func (r *Reservation) Lapsed() bool {
+	if r.SendBy.IsZero() {
+		return false
+	}
+	l, ok := r.settler.(Lapser)
+	return ok && l.Lapsed(r)
 }
 
 // Settled reports whether Report or Cancel was called.

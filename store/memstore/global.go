@@ -8,7 +8,9 @@ import (
 // window is a credential's global window: at most limit requests in any
 // sliding window of length span. Each request counts from the latest moment
 // it may have reached Discord: its grant plus the claim's offset until the
-// response arrives, then the response time if earlier. A request counts
+// response arrives, then the response time (later than the bound when the
+// request left late: its goroutine was descheduled, or its connection took
+// long to open). A request counts
 // while that moment is later than now - span; a grant is allowed while
 // fewer than limit requests count. Times are the store's milliseconds.
 //
@@ -165,8 +167,10 @@ func (w *window) toSlices(now int64) {
 	w.log = nil
 }
 
-// settle lowers the moment of the request with token tok to at, when its
-// response arrived before its bound.
+// settle moves the moment of the request with token tok to at, when its
+// response arrived: earlier than its bound as a rule, later when the
+// request left late, unless its bound left the window already (then the
+// window may have granted its slot again: too late to count it).
 func (w *window) settle(tok uint64, now, at int64) {
 	if tok == 0 {
 		return
@@ -175,7 +179,7 @@ func (w *window) settle(tok uint64, now, at int64) {
 		w.sl.settle(tok, now, at)
 		return
 	}
-	if i := find(w.log, tok); i >= 0 && at < w.log[i].t {
+	if i := find(w.log, tok); i >= 0 && w.log[i].t > now-w.span {
 		w.log[i].t = at
 		w.logMin = min(w.logMin, at)
 	}
@@ -342,7 +346,7 @@ func (s *sliced) slot(tok uint64) (int64, bool) {
 func (s *sliced) settle(tok uint64, now, at int64) {
 	s.expire(now)
 	if tok&sliceToken == 0 {
-		if j := find(s.over, tok); j >= 0 && at < s.over[j].t {
+		if j := find(s.over, tok); j >= 0 && at != s.over[j].t {
 			e := s.over[j]
 			s.over = slices.Delete(s.over, j, j+1)
 			e.t = at
@@ -355,7 +359,7 @@ func (s *sliced) settle(tok uint64, now, at int64) {
 		return
 	}
 	j := s.index(at)
-	if j >= i {
+	if j == i {
 		return
 	}
 	s.n[i%sliceCount]--

@@ -155,6 +155,7 @@ type waiter struct {
 	b       *bucket // the bucket the waiter queues on or was granted from
 	stage   int     // stageBucket, stageGlobal or stageGranted
 	token   uint64  // the global window's token, once granted
+	granted int64   // when the global window granted it (ms)
 	urgent  bool    // in the urgent lane
 	spacing int64   // the claim's Spacing in milliseconds
 	retry   bool    // the claim's Retry: it keeps its place in line
@@ -292,7 +293,9 @@ func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 	if (b == nil || b.q.empty() && b.available(now)) && (!c.Global || cr.globalQ.empty() && cr.globalReady(now)) {
 		tok := s.grant(cr, b, c, now)
 		s.mu.Unlock()
-		return store.NewReservation(s, claim, hashOf(b), 0, handle(b), tok), nil
+		r := store.NewReservation(s, claim, hashOf(b), 0, handle(b), tok)
+		s.lapse(r, tok, now)
+		return r, nil
 	}
 
 	if wait := s.estimate(cr, b, c, now); wait > 0 || c.NoWait {
@@ -334,7 +337,9 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	var err error
 	select {
 	case <-w.ready:
-		return store.NewReservation(s, *c, hashOf(w.b), s.clock.Now().Sub(start), handle(w.b), w.token), nil
+		r := store.NewReservation(s, *c, hashOf(w.b), s.clock.Now().Sub(start), handle(w.b), w.token)
+		s.lapse(r, w.token, w.granted)
+		return r, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-c.Done:
@@ -401,6 +406,19 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 		return cr.global.push(now, now+s.hold)
 	}
 	return 0
+}
+
+// lapse sets when r, granted at (ms) with the global window's token tok,
+// lapses: half the hold after the grant (see [store.Reservation.SendBy]).
+func (s *Store) lapse(r *store.Reservation, tok uint64, at int64) {
+	if tok != 0 {
+		r.SendBy = s.epoch.Add(time.Duration(at+s.hold/2) * time.Millisecond)
+	}
+}
+
+// Lapsed implements [store.Lapser].
+func (s *Store) Lapsed(r *store.Reservation) bool {
+	return !r.SendBy.IsZero() && s.now() > s.ms(r.SendBy)
 }
 
 // seed applies the claim's spacing to b, if any.
@@ -520,6 +538,7 @@ func (s *Store) pumpGlobal(cr *cred, now int64) {
 		}
 		w := cr.globalQ.pop()
 		w.token = cr.global.push(now, now+w.offset)
+		w.granted = now
 		w.stage = stageGranted
 		close(w.ready)
 	}
@@ -622,7 +641,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		}
 	}
 	// The request has reached Discord by now: its global slot's window
-	// starts no later than this.
+	// counts from now (later than its bound when it left late).
 	if token != 0 {
 		cr.global.settle(token, now, now)
 	}

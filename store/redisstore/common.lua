@@ -146,12 +146,19 @@ local function touchGlobal(key, c, horizon)
   end
 end
 
+-- An entry of the global window whose request has not answered yet
+-- scores its grant plus the hold plus UNANSWERED: the half millisecond
+-- tells it from an answered entry, which scores whole milliseconds.
+local UNANSWERED = 0.5
+
 -- slotOf returns when the n-th grant from now (counting those that the
 -- holders of the line ahead keep) can go by the global window key, which
 -- holds cnt entries that count (limit per window ms, each request
 -- reaching Discord within hold ms of its grant), and whether that time is
--- exact: the entry that bounds it is final (its request answered, or its
--- hold ran out). Otherwise it is a lower bound.
+-- exact: the entry that bounds it is final, its request answered. (An
+-- unanswered request past its hold has reached Discord unless it left
+-- late, and then its response moves its entry later: a slot reserved by
+-- its hold could open too early.) Otherwise it is a lower bound.
 local function slotOf(key, cnt, limit, window, hold, n)
   local idx = cnt - limit + n
   if idx <= 0 then return now, true end
@@ -165,7 +172,7 @@ local function slotOf(key, cnt, limit, window, hold, n)
   end
   local e = redis.call('ZRANGE', key, idx - 1, idx - 1, 'WITHSCORES')
   local s = tonumber(e[2]) or now
-  if s <= now and m == 0 then return s + window, true end
+  if s <= now and m == 0 and s == math.floor(s) then return s + window, true end
   return math.max(now, s - hold + window + m * window), false
 end
 

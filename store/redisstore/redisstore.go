@@ -228,8 +228,32 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation,
 		if err != nil {
 			return nil, err
 		}
-		return store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0), nil
+		r := store.NewReservation(s, c, g.Bucket, g.Waited, g.Handle, 0)
+		switch h := g.Handle.(type) {
+		case *permit:
+			r.SendBy = h.sendBy
+			if h.local != nil && !h.local.SendBy.IsZero() && (r.SendBy.IsZero() || h.local.SendBy.Before(r.SendBy)) {
+				r.SendBy = h.local.SendBy
+			}
+		case *localPermit:
+			r.SendBy = h.p.SendBy
+		}
+		return r, nil
 	})
+}
+
+// Lapsed implements [store.Lapser]: a grant through Redis lapses half the
+// hold after the call that granted it left (or after the slot it
+// reserved opens), one of the local limiter on its terms.
+func (s *Store) Lapsed(r *store.Reservation) bool {
+	handle, _ := r.Handle()
+	switch h := handle.(type) {
+	case *permit:
+		return !h.sendBy.IsZero() && time.Now().After(h.sendBy) || h.local != nil && h.local.Lapsed()
+	case *localPermit:
+		return h.p.Lapsed()
+	}
+	return false
 }
 
 // BlockedFor implements [store.BlockGate]: the Store holds Cloudflare
@@ -503,6 +527,10 @@ type permit struct {
 	global, tokenAuth  bool
 	limit              int64              // the granting bucket's limit when granted, 0 when unknown
 	local              *store.Reservation // the local limiter's grant too, during a grace period
+	// sendBy is when the grant of a global claim lapses (see
+	// [store.Reservation.SendBy]): half the hold after the call that
+	// granted it left, or after the slot it reserved opens.
+	sendBy time.Time
 }
 
 // localPermit is the Handle of a permit granted by the local limiter.

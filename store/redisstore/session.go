@@ -597,7 +597,7 @@ func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Tim
 		s.refusedLocked(key, werr)
 		q.fail(&c.head, werr)
 	case replyGrant:
-		s.grant(ss, c, r, now)
+		s.grant(ss, c, r, now, sent)
 	case replyWait:
 		s.waitFor(ss, c, r, now, sent)
 	}
@@ -605,8 +605,10 @@ func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Tim
 
 // grant hands the slots of r to the waiters at the front of c's queue, the
 // reserved ones to waiters that can wait for them, and keeps the rest as a
-// lease or gives them back; s.mu must be held.
-func (s *Store) grant(ss *session, c *planned, r claimReply, now time.Time) {
+// lease or gives them back; s.mu must be held. The call left at sent:
+// Redis granted no earlier, and the global window counts each slot from
+// then (or its reserved moment) on.
+func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time) {
 	q := c.q
 	hash := ""
 	if r.bkind == kindLearned {
@@ -626,7 +628,13 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now time.Time) {
 		}}
 		var at time.Time
 		if i > reserved {
-			at = now.Add(time.Duration(r.delays[i-reserved-1]) * time.Millisecond)
+			d := time.Duration(r.delays[i-reserved-1]) * time.Millisecond
+			at = now.Add(d)
+			if c.head.Global {
+				p.Handle.(*permit).sendBy = sent.Add(d + s.pol.GlobalHold/2)
+			}
+		} else if c.head.Global {
+			p.Handle.(*permit).sendBy = sent.Add(s.pol.GlobalHold / 2)
 		}
 		handed := false
 		for len(q.waiters) > 0 && compatible(&c.head, &q.waiters[0].claim) && (i <= c.n || q.waiters[0].claim.Priority == c.head.Priority) {

@@ -8,7 +8,9 @@
 --   1 routes  HASH   route template -> learned bucket hash, or "\0" (no bucket)
 --   2 cred    HASH   gpause, unauth (deadlines), gexp, rexp (TTL horizons),
 --                    glu (until when processes may wait in the global line), ms
---   3 global  ZSET   the global window: permit id -> latest arrival at Discord (ms)
+--   3 global  ZSET   the global window: permit id -> latest arrival at Discord
+--                    (ms): the response's arrival once answered, the grant
+--                    plus the hold and UNANSWERED (half a ms) before
 --   4 probes  HASH   major digest -> probe requests in flight
 --   5 proc    STRING this process's record for the credential: the number of its
 --                    last call applied, of its last report applied, and what each
@@ -210,9 +212,14 @@ local function update(k, a)
   end
 
   if isGlobal and member ~= '' then
-    -- The request reached Discord by the time its response arrived: its
-    -- global slot counts from no later than that.
-    redis.call('ZADD', KEYS[3], 'XX', 'LT', t, member)
+    -- The request reached Discord, if at all, by the time its response (or
+    -- its failure) arrived: its global slot counts from then. That is
+    -- later than the hold when the request left late (its process was
+    -- descheduled after the check of its grant's age, or its connection
+    -- took long to open): counted from then, its window still closes
+    -- before later requests reach Discord, as long as the response came
+    -- within a window of the grant.
+    redis.call('ZADD', KEYS[3], 'XX', t, member)
     if c.glu > now then
       globalLoad(c)
       G.lowered = true
@@ -583,7 +590,7 @@ local function claim(i, k, a)
     for j = 1, granted do
       local d = 0
       if j > n then d = delays[j - n] end
-      args[#args + 1] = now + d + hold
+      args[#args + 1] = now + d + hold + UNANSWERED
       args[#args + 1] = prefix .. j
     end
     redis.call(unpack(args))

@@ -408,6 +408,16 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 				r.Recycle()
 				return nil, err
 			}
+			if r.Lapsed() {
+				// The pace outlasted the grant (see
+				// store.Reservation.SendBy): take a fresh one; the pace
+				// is spent.
+				r.Recycle()
+				if r, err = acquire(c); err != nil {
+					g.Abandon(tk)
+					return nil, err
+				}
+			}
 		}
 		if g.Holds(tk, c.Route) {
 			// A block came while the claim waited for its bucket: give

@@ -248,3 +248,71 @@ func TestPacesOfOtherRoutesForgotten(t *testing.T) {
 		t.Error("Active after every pace ran out; want the fast path")
 	}
 }
+
+// clockLapser settles reservations by counting those given back, and
+// lapses them on a fake clock.
+type clockLapser struct {
+	clk      *clock.Fake
+	returned int
+}
+
+func (l *clockLapser) Settle(_ context.Context, _ *store.Reservation, u store.Update) error {
+	if !u.Sent {
+		l.returned++
+	}
+	return nil
+}
+
+func (l *clockLapser) Lapsed(r *store.Reservation) bool { return l.clk.Now().After(r.SendBy) }
+
+// TestPacedGrantIsFresh: a claim whose pace outlasts its grant's life (see
+// store.Reservation.SendBy) gives the grant back and takes a fresh one
+// once the pace lets it go, rather than hand out a grant that lapsed.
+func TestPacedGrantIsFresh(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 4, 0) // 3 per second: one request every 334 ms
+	block(g, route)
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+	l := &clockLapser{clk: clk}
+	acquired := 0
+	acquire := func(c store.Claim) (*store.Reservation, error) {
+		acquired++
+		r := store.NewReservation(l, c, "", 0, nil, 0)
+		r.SendBy = clk.Now().Add(125 * time.Millisecond)
+		return r, nil
+	}
+	ctx := context.Background()
+	c := store.Claim{Route: route}
+	first, err := g.Acquire(ctx, c, clk.Now(), nil, acquire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Cancel()
+
+	type result struct {
+		r   *store.Reservation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := g.Acquire(ctx, c, clk.Now(), nil, acquire)
+		done <- result{r, err}
+	}()
+	for clk.Timers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(334 * time.Millisecond)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if res.r.Lapsed() {
+		t.Fatalf("the paced claim's grant lapsed (SendBy %v, now %v); want a fresh one", res.r.SendBy, clk.Now())
+	}
+	if acquired != 3 || l.returned != 2 {
+		t.Fatalf("%d grants taken, %d given back; want 3 and 2 (the first claim's, and the paced claim's lapsed one)", acquired, l.returned)
+	}
+}

@@ -1,0 +1,119 @@
+package ratecord_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jarcoal/httpmock"
+
+	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
+)
+
+// lapsingStore grants through a memory store, and its first lapses
+// grants lapse before they are used: as if the process had been frozen
+// between the grant and the write.
+type lapsingStore struct {
+	*memstore.Store
+	lapses atomic.Int32
+
+	mu        sync.Mutex
+	retries   []bool // each claim's Retry, in order
+	cancelled int    // grants given back unsent
+}
+
+func (s *lapsingStore) Acquire(ctx context.Context, c store.Claim) (*store.Reservation, error) {
+	inner, err := s.Store.Acquire(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.retries = append(s.retries, c.Retry)
+	s.mu.Unlock()
+	r := store.NewReservation(s, c, inner.Bucket, inner.Waited, inner, 0)
+	r.SendBy = time.Now()
+	return r, nil
+}
+
+func (s *lapsingStore) Lapsed(*store.Reservation) bool { return s.lapses.Add(-1) >= 0 }
+
+func (s *lapsingStore) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
+	h, _ := r.Handle()
+	if !u.Sent {
+		s.mu.Lock()
+		s.cancelled++
+		s.mu.Unlock()
+	}
+	return h.(*store.Reservation).Report(ctx, u)
+}
+
+// TestLapsedGrantIsClaimedAgain: a request whose grant lapsed before it
+// could leave is not sent on it: the grant goes back, the request claims
+// again keeping its place in line (a retry's claim), an EventLapsed says
+// so, and the request is sent once, on a good grant. A store whose every
+// grant lapses (its answers slower than half its hold) does not keep the
+// request claiming forever: after three lapses it goes on the fourth grant.
+func TestLapsedGrantIsClaimedAgain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		lapses, claims, events int
+	}{
+		{lapses: 2, claims: 3, events: 2},
+		{lapses: 100, claims: 4, events: 3},
+	} {
+		t.Run(fmt.Sprintf("%d lapses", tc.lapses), func(t *testing.T) {
+			t.Parallel()
+			st := &lapsingStore{Store: memstore.New()}
+			t.Cleanup(func() { st.Close() })
+			st.lapses.Store(int32(tc.lapses))
+			mock := httpmock.NewMockTransport()
+			f := newFakeDiscord()
+			mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("msg", 10, time.Second, false))
+			var mu sync.Mutex
+			var events []ratecord.Event
+			tr := ratecord.NewTransport(mock, ratecord.WithStore(st), ratecord.WithEventHandler(func(e ratecord.Event) {
+				mu.Lock()
+				events = append(events, e)
+				mu.Unlock()
+			}))
+			t.Cleanup(func() { tr.Close() })
+			c := &http.Client{Transport: tr}
+			resp, err := do(t, c, "POST", api+"/channels/1/messages", "Bot a")
+			mustOK(t, resp, err)
+
+			if n := mock.GetTotalCallCount(); n != 1 {
+				t.Fatalf("%d requests reached the server; want 1", n)
+			}
+			st.mu.Lock()
+			retries, cancelled := st.retries, st.cancelled
+			st.mu.Unlock()
+			if len(retries) != tc.claims || retries[0] || slices.Contains(retries[1:], false) {
+				t.Fatalf("claims' Retry = %v; want %d claims, all but the first a retry's: a claim after a lapse keeps its place", retries, tc.claims)
+			}
+			if cancelled != tc.claims-1 {
+				t.Fatalf("%d grants given back unsent; want %d", cancelled, tc.claims-1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			lapsed := 0
+			for _, e := range events {
+				if e.Kind == ratecord.EventLapsed {
+					lapsed++
+					if e.Attempt != 1 || e.Route == "" || e.Kind.String() != "lapsed" {
+						t.Errorf("event %+v; want attempt 1, a route, kind lapsed", e)
+					}
+				}
+			}
+			if lapsed != tc.events {
+				t.Fatalf("%d EventLapsed; want %d (events %+v)", lapsed, tc.events, events)
+			}
+		})
+	}
+}
