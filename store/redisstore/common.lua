@@ -258,10 +258,11 @@ local function lineEmpty(L, D)
   return lines[L] or newLine(L, D)
 end
 
--- average returns the average want of the head of line (1 when empty).
+-- average returns the average want of the head of line, rounded up to a
+-- whole slot (1 when empty): slot counts index the global window.
 local function average(line)
   if #line.ids == 0 then return 1 end
-  return line.sum / #line.ids
+  return math.ceil(line.sum / #line.ids)
 end
 
 -- lineAhead returns how many slots the tickets of line ahead of ticket id

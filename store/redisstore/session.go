@@ -45,6 +45,11 @@ type session struct {
 	applied  uint64
 	failures uint64
 	progress chan struct{}
+	// refused counts the calls in a row that Redis answered with an
+	// error; the driver waits before the next (see refusedBackoff), and
+	// after maxRefused the failure policy applies.
+	refused     int
+	refusedTill time.Time
 
 	wakeup  chan struct{} // capacity 1: a kick for the driver
 	running bool
@@ -88,6 +93,13 @@ const (
 	urgentDelay = time.Millisecond
 	// sessionLinger is how long a session with nothing to do lives on.
 	sessionLinger = time.Second
+	// refusedBackoff is the wait after a call Redis answered with an
+	// error, doubling with each such call in a row up to
+	// maxRefusedBackoff; after maxRefused of them the failure policy
+	// applies.
+	refusedBackoff    = 10 * time.Millisecond
+	maxRefusedBackoff = time.Second
+	maxRefused        = 3
 )
 
 // session returns the session of cred, creating it and starting its
@@ -322,6 +334,13 @@ func (s *Store) drive(ss *session) {
 			s.sleepUntil(ss, t, now.Add(s.probeEvery))
 			continue
 		}
+		if now.Before(ss.refusedTill) {
+			// Redis refused the last call: wait before the next.
+			at := ss.refusedTill
+			s.mu.Unlock()
+			s.sleepUntil(ss, t, at)
+			continue
+		}
 		p := s.plan(ss, now)
 		if p.empty() {
 			at, idle := ss.nextWake(now)
@@ -475,6 +494,18 @@ func (s *Store) callFailed(ss *session, p *plan, err error, stalled bool) {
 		if errors.Is(err, errReply) || errors.Is(err, errStale) || permanent(err) {
 			s.errs.Add(1)
 			s.dropReports(ss, p, err)
+			// Sending the claims again at once would meet the same
+			// error: wait a little longer each time, and once Redis has
+			// refused maxRefused calls in a row, apply the failure
+			// policy as for an outage (the probe tries Redis again).
+			s.mu.Lock()
+			ss.refused++
+			ss.refusedTill = time.Now().Add(min(refusedBackoff<<min(ss.refused-1, 10), maxRefusedBackoff))
+			n := ss.refused
+			s.mu.Unlock()
+			if n >= maxRefused {
+				s.failed(err)
+			}
 		} else {
 			s.failed(err)
 		}
@@ -538,6 +569,7 @@ func (s *Store) applied(ss *session, p *plan, r stepReply, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss.lost = nil
+	ss.refused, ss.refusedTill = 0, time.Time{}
 	s.removeReports(ss, p.reports)
 	for i, it := range p.reports {
 		s.learnLocked(it.h, it.u)
