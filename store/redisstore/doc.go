@@ -32,8 +32,9 @@
 //	                      P:{T}:g and P:{T}:r were last set; glu: until when processes may wait
 //	                      in the global window's line; TTL until the last of them + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
-//	                      (grant + hold, lowered to the response time; a reserved grant lies
-//	                      in the future); TTL a minute past its latest entry, set when that moves
+//	                      (grant + hold + 0.5 ms until it answers, then the response time,
+//	                      earlier or later; a reserved grant lies in the future); TTL a minute
+//	                      past its latest entry, set when that moves
 //	P:{T}:d:<M>    STRING present while a token-authenticated major answered 401/404; TTL the cooldown
 //	P:{T}:s:<K>    HASH   the claims of one kind (see store.Claim.Kind), which go one at a time
 //	                      for every process, K a digest of (route, major, kind): until (a hidden
@@ -184,6 +185,11 @@
 // [Store.Fallbacks] counts the switches to the local limiter, for the
 // transport's store fallbacks metric. Under [FailClosed], Acquire fails
 // with a *[store.WaitError] wrapping [ErrUnavailable] and the cause.
+//
+// A call that Redis answers with an error (out of memory, a key of the
+// wrong type) is not sent again at once: its reports are dropped and
+// logged, the driver waits 10 ms, doubling with each such call in a row,
+// and after the third the failure policy applies as for an outage.
 //
 // A stall is a failure. Every Redis call gets its own timeout
 // ([WithCallTimeout], default 500 ms): a call that has not answered by
