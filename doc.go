@@ -40,11 +40,16 @@
 //
 // # Limits no header announces
 //
-// A 429 without rate-limit headers and without retry_after comes from
-// Cloudflare, which counts per IP address: the store holds its route for
+// The transport waits exactly as long as Discord said, for exactly what it
+// said it about; where it said nothing, it learns from what passed. A 429
+// without rate-limit headers whose Retry-After names its wait (an empty or
+// JSON body) is a wait of that length on the request's bucket. A 429
+// without rate-limit headers and without any wait comes from Cloudflare,
+// which counts per IP address: the store holds its route for
 // every credential, in every process of a shared store, for a pause of at
 // least a second ([WithBlockPause]), then lets one probe through at a time,
-// doubling the pause each time the probe is blocked again. A ban page, or
+// doubling the pause each time the probe is blocked again. A ban page, any
+// header-less 429 whose body is not JSON (Discord's API answers JSON), or
 // blocks on two routes, hold every route. Nothing is resent in a loop. A
 // block also says the route went past a limit, so once it ends the route
 // is paced: each process lets out at most three quarters of what passed

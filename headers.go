@@ -25,7 +25,7 @@ type limits struct {
 
 	// For 429 responses only.
 	scope      store.Scope
-	ban        bool // a Cloudflare ban page: the whole IP is blocked
+	ban        bool // a block of the whole IP: a ban page, or a body that is not JSON
 	retryAfter time.Duration
 	hasRetry   bool // retryAfter came from the response
 }
@@ -93,13 +93,28 @@ func parse429(h http.Header, body []byte, legacy bool) limits {
 
 	announced := l.bucket != "" || l.hasLimit || first(h, hdrScope) != "" || first(h, hdrGlobal) != ""
 	if !announced && !bodyOK {
-		// Not Discord's API: no rate-limit headers and no retry_after
-		// (Cloudflare's own responses also lack Discord's Via header, but
-		// proxies strip it, so it decides nothing). A Cloudflare block,
-		// per IP address; its ban pages block the IP on every route.
-		l.ban = banPage(body, isJSON && b.Code != nil && *b.Code == 0, b.Message)
+		// No rate-limit headers and no retry_after. Discord's API answers
+		// JSON: a body that is not JSON (a Cloudflare ban page, an HTML or
+		// text error) comes from in front of it and covers the whole IP
+		// address, on every route. (Cloudflare's own responses also lack
+		// Discord's Via header, but proxies strip it, so it decides
+		// nothing.)
 		l.scope = store.ScopeBlocked
 		l.retryAfter, l.hasRetry = headerRetry, headerOK
+		trimmed := bytes.TrimSpace(body)
+		if len(trimmed) > 0 && !json.Valid(trimmed) || banPage(body, isJSON && b.Code != nil && *b.Code == 0, b.Message) {
+			l.ban = true
+			return l
+		}
+		if headerOK {
+			// A wait named by Retry-After alone (an empty or JSON body, as
+			// Discord's API sends on some routes): wait exactly that long,
+			// on the request's bucket, as for a 429 of scope user.
+			l.scope = store.ScopeUser
+			return l
+		}
+		// Limited without saying for how long or on what: a block of the
+		// route, which backs off (see store.ScopeBlocked).
 		return l
 	}
 	switch {

@@ -105,6 +105,9 @@ func TestParse429(t *testing.T) {
 		{"cloudflare with Retry-After", hdr("Retry-After", "60"), `error code: 1015`, false, store.ScopeBlocked, time.Minute, true, false},
 		{"scope header without any duration backs off", hdr("X-RateLimit-Scope", "user"), ``, false, store.ScopeBlocked, 0, false, false},
 		{"NaN Retry-After", hdr("Retry-After", "NaN"), `{}`, false, store.ScopeBlocked, 0, false, false},
+		{"header-less Retry-After is a wait on the bucket", hdr("Retry-After", "1", "Via", "1.1 google"), ``, false, store.ScopeUser, time.Second, true, false},
+		{"header-less Retry-After with a JSON body", hdr("Retry-After", "2"), `{"message":"You are being rate limited."}`, false, store.ScopeUser, 2 * time.Second, true, false},
+		{"header-less Retry-After with a text body is a block", hdr("Retry-After", "2"), `Too Many Requests`, false, store.ScopeBlocked, 2 * time.Second, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,8 +161,9 @@ func TestSecondsToDuration(t *testing.T) {
 	}
 }
 
-// TestParse429Ban: Cloudflare's ban pages block the IP on every route; a
-// bare header-less 429 only its route.
+// TestParse429Ban: Cloudflare's ban pages, and any header-less 429 whose
+// body is not JSON (Discord's API answers JSON), block the IP on every
+// route; a bare header-less 429 only its route.
 func TestParse429Ban(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -174,6 +178,11 @@ func TestParse429Ban(t *testing.T) {
 		{"empty body", hdr(), "", false},
 		{"json without a code", hdr(), `{}`, false},
 		{"scope header only", hdr("X-RateLimit-Scope", "user"), ``, false},
+		{"text body", hdr("Content-Type", "text/plain"), "Too Many Requests", true},
+		{"html error page", hdr("Content-Type", "text/html"), "Slow down", true},
+		{"text body with Retry-After", hdr("Retry-After", "1"), "rate limited", true},
+		{"malformed JSON from the API is still JSON", hdr(), `{"retry_after":"soon"}`, false},
+		{"empty body with Retry-After", hdr("Retry-After", "1"), "", false},
 		{"html with rate-limit headers is Discord's", hdr("X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "1"), `<html>oops</html>`, false},
 	}
 	for _, tt := range tests {

@@ -718,14 +718,14 @@ var secretStores = []struct {
 		t.Cleanup(func() { s.Close() })
 		return s, nil
 	}},
-	{"redisstore", newRedisSecretStore},
+	{"redisstore", func(t *testing.T) (store.Store, func() string) { return newRedisSecretStore(t) }},
 }
 
 // newRedisSecretStore opens a Redis store on REDIS_ADDR (default
 // 127.0.0.1:6379) under a key prefix of its own, and dumps every key and
 // value under that prefix. Without a server the test is skipped, or fails
 // when CI=true.
-func newRedisSecretStore(t *testing.T) (store.Store, func() string) {
+func newRedisSecretStore(t *testing.T, opts ...redisstore.Option) (store.Store, func() string) {
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
@@ -740,7 +740,7 @@ func newRedisSecretStore(t *testing.T) (store.Store, func() string) {
 		t.Skip(msg)
 	}
 	prefix := fmt.Sprintf("ratecord-secrets-test-%d", time.Now().UnixNano())
-	s := redisstore.New(client, redisstore.WithPrefix(prefix))
+	s := redisstore.New(client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 	ctx := context.Background()
 	keys := func() []string {
 		var all []string

@@ -361,10 +361,11 @@ type Update struct {
 	Scope Scope
 	// RetryAfter is how long a 429 asks to wait.
 	RetryAfter time.Duration
-	// Ban reports that a 429 of scope [ScopeBlocked] is a Cloudflare ban
-	// page (an HTML page, "error code: 1015" or the static JSON with code
-	// 0): the ban is per IP address, so every request of the store pauses,
-	// not only those of the route.
+	// Ban reports that a 429 of scope [ScopeBlocked] covers the whole IP
+	// address: a Cloudflare ban page (an HTML page, "error code: 1015" or
+	// the static JSON with code 0), or any body that is not JSON, which
+	// Discord's API never sends. Every request of the store pauses, not
+	// only those of the route.
 	Ban bool
 }
 
@@ -392,8 +393,10 @@ const (
 	ScopeGlobal Scope = "global"
 	// ScopeShared is a limit on the resource shared by every client.
 	ScopeShared Scope = "shared"
-	// ScopeBlocked is a 429 that Discord's API did not send: no rate-limit
-	// headers, and no retry_after or no Via header. It is a Cloudflare
+	// ScopeBlocked is a 429 that Discord's API did not send, or that says
+	// neither what it limits nor for how long: no rate-limit headers, no
+	// retry_after, and no Retry-After beside an empty or JSON body (that
+	// one is a wait of scope user). It is a Cloudflare
 	// block, which is per IP address: stores that implement [BlockGate]
 	// hold every request of the route, from every credential, for at least
 	// [Policy.BlockPause], then let one probe through at a time; a ban page

@@ -1,0 +1,150 @@
+package ratecord_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jarcoal/httpmock"
+
+	"github.com/ratecord/ratecord"
+	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/memstore"
+	"github.com/ratecord/ratecord/store/redisstore"
+)
+
+// bothStores are the stores every test of what a response teaches runs
+// against: the memory store, and the Redis store on REDIS_ADDR (skipped
+// without a server, failing with CI=true).
+var bothStores = []struct {
+	name string
+	new  func(t *testing.T, p store.Policy) store.Store
+}{
+	{"memstore", func(t *testing.T, p store.Policy) store.Store {
+		s := memstore.New(memstore.WithPolicy(p))
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+	{"redisstore", func(t *testing.T, p store.Policy) store.Store {
+		s, _ := newRedisSecretStore(t, redisstore.WithPolicy(p))
+		return s
+	}},
+}
+
+var interactionRE = regexp.MustCompile(`/interactions/\d+/[^/]+/callback$`)
+
+// TestHeaderlessRetryAfterIsAWait: a 429 without rate-limit headers whose
+// Retry-After names its wait (Discord's API sends such on some routes, with
+// an empty body) is retried once that wait has passed, not after a block's
+// back-off, and holds neither other credentials nor other routes.
+func TestHeaderlessRetryAfterIsAWait(t *testing.T) {
+	for _, st := range bothStores {
+		t.Run(st.name, func(t *testing.T) {
+			for _, tc := range []struct {
+				name, path, auth string
+				re               *regexp.Regexp
+			}{
+				{"bot route", "/channels/1/messages", "Bot a", messagesRE},
+				{"interaction callback", "/interactions/7/aW50ZXJhY3Rpb24tdG9rZW4/callback", "", interactionRE},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					f := newFakeDiscord()
+					mock := httpmock.NewMockTransport()
+					var calls atomic.Int32
+					limited := f.plain(429, ``, "Retry-After", "1", "Via", "1.1 google")
+					ok := f.plain(200, `{}`, "Via", "1.1 google")
+					mock.RegisterRegexpResponder("POST", tc.re, func(r *http.Request) (*http.Response, error) {
+						if calls.Add(1) == 1 {
+							return limited(r)
+						}
+						return ok(r)
+					})
+					mock.RegisterRegexpResponder("GET", channelRE, ok)
+					c, _ := newClient(t, mock, ratecord.WithStore(st.new(t,
+						store.Policy{ResetOffset: -1, BlockPause: 3 * time.Second, BlockPauseMax: 3 * time.Second})))
+					done := make(chan error, 1)
+					go func() {
+						resp, err := doCtx(context.Background(), c, "POST", api+tc.path, tc.auth, []byte(`{}`))
+						if err == nil && resp.StatusCode != 200 {
+							t.Errorf("status %d; want 200 after the retry", resp.StatusCode)
+						}
+						done <- err
+					}()
+					for calls.Load() == 0 {
+						time.Sleep(time.Millisecond)
+					}
+					// Another route goes at once.
+					t0 := time.Now()
+					okResp(t)(do(t, c, "GET", api+"/channels/2", "Bot a"))
+					if d := time.Since(t0); d > 500*time.Millisecond {
+						t.Errorf("another route waited %v; want it unaffected", d)
+					}
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+					sent, _, _ := f.stats()
+					var on []time.Time
+					for _, s := range sent {
+						if tc.re.MatchString(s.route) {
+							on = append(on, s.at)
+						}
+					}
+					if len(on) != 2 {
+						t.Fatalf("server saw %d requests on the route; want 2", len(on))
+					}
+					// Exactly the named second: not sooner, and not the
+					// 3 s a block of unknown length would pause.
+					if d := on[1].Sub(on[0]); d < time.Second || d > 2*time.Second {
+						t.Errorf("the retry went %v after the 429; want 1s (Retry-After), not a block's pause", d)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestNonJSON429HoldsEveryRoute: a 429 whose body is not JSON, without
+// rate-limit headers, comes from in front of Discord's API and covers the
+// client's IP address: every route of every credential waits the block's
+// pause, not only the route that met it.
+func TestNonJSON429HoldsEveryRoute(t *testing.T) {
+	for _, st := range bothStores {
+		t.Run(st.name, func(t *testing.T) {
+			f := newFakeDiscord()
+			mock := httpmock.NewMockTransport()
+			var calls atomic.Int32
+			block := f.plain(429, `Too Many Requests`, "Content-Type", "text/plain; charset=utf-8")
+			ok := f.plain(200, `{}`)
+			mock.RegisterRegexpResponder("GET", channelRE, func(r *http.Request) (*http.Response, error) {
+				if calls.Add(1) == 1 {
+					return block(r)
+				}
+				return ok(r)
+			})
+			mock.RegisterRegexpResponder("GET", messagesRE, ok)
+			c, _ := newClient(t, mock, ratecord.WithStore(st.new(t, store.Policy{BlockPause: time.Second, BlockPauseMax: time.Second})))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			resp, err := doCtx(ratecord.WithRequestRetries(ctx, 0), c, "GET", api+"/channels/1", "Bot a", nil)
+			if err != nil || resp.StatusCode != 429 {
+				t.Fatalf("first request: %v, %v; want the 429 back (no retries)", resp, err)
+			}
+			blockedAt := time.Now()
+			for _, auth := range []string{"Bot a", "Bot b"} {
+				okResp(t)(doCtx(ctx, c, "GET", api+"/channels/2/messages", auth, nil))
+			}
+			sent, _, _ := f.stats()
+			if len(sent) != 3 {
+				t.Fatalf("server saw %d requests; want 3", len(sent))
+			}
+			for _, s := range sent[1:] {
+				if d := s.at.Sub(blockedAt); d < 900*time.Millisecond {
+					t.Errorf("%s (%s) went %v after the IP-wide block; want the block's pause (1s)", s.route, s.auth, d)
+				}
+			}
+		})
+	}
+}
