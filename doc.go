@@ -58,7 +58,8 @@
 //
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained, and whose own headers still
-// claim room, shows its real limit: the
+// claim room or say none is left in the same fixed window as a response
+// that said some were, shows its real limit: the
 // bucket is then held to one request in flight, each the spacing the 429
 // revealed after the last response, until a response names another limit.
 // Reaction routes start so held at Discord's stated 1 per 250 ms

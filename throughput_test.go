@@ -2,8 +2,11 @@ package ratecord_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,6 +147,66 @@ func TestNonJSON429HoldsEveryRoute(t *testing.T) {
 				if d := s.at.Sub(blockedAt); d < 900*time.Millisecond {
 					t.Errorf("%s (%s) went %v after the IP-wide block; want the block's pause (1s)", s.route, s.auth, d)
 				}
+			}
+		})
+	}
+}
+
+// overstated answers like a bucket whose headers claim limit requests per
+// window while Discord lets only real through: 200s count Remaining down
+// from limit, the others get a 429 of scope user saying none is left.
+func overstated(f *fakeDiscord, limit, real int, window time.Duration) httpmock.Responder {
+	var mu sync.Mutex
+	var start time.Time
+	var n int
+	return func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		now := time.Now()
+		if start.IsZero() || now.Sub(start) >= window {
+			start, n = now, 0
+		}
+		n++
+		passed, left := n <= real, window-now.Sub(start)
+		reset := float64(start.Add(window).UnixMilli()) / 1000
+		mu.Unlock()
+		h := []string{"X-RateLimit-Bucket", "bans", "X-RateLimit-Limit", strconv.Itoa(limit),
+			"X-RateLimit-Reset", strconv.FormatFloat(reset, 'f', 3, 64),
+			"X-RateLimit-Reset-After", strconv.FormatFloat(left.Seconds(), 'f', 3, 64)}
+		if passed {
+			return f.plain(200, `{}`, append(h, "X-RateLimit-Remaining", strconv.Itoa(limit-n))...)(r)
+		}
+		return f.plain(429, fmt.Sprintf(`{"message":"You are being rate limited.","retry_after":%.3f,"global":false}`, left.Seconds()),
+			append(h, "X-RateLimit-Remaining", "0", "X-RateLimit-Scope", "user", "Retry-After", "1")...)(r)
+	}
+}
+
+// TestOverstatedLimitIsLearned: a bucket whose headers say 5 per window
+// while only 1 passes (a guild's bans) answers 429s to the requests the
+// headers allowed; once one window showed it, the bucket is held to what
+// passed, and the next windows bring no 429.
+func TestOverstatedLimitIsLearned(t *testing.T) {
+	banRE := regexp.MustCompile(`/guilds/\d+/bans/\d+$`)
+	for _, st := range bothStores {
+		t.Run(st.name, func(t *testing.T) {
+			f := newFakeDiscord()
+			mock := httpmock.NewMockTransport()
+			mock.RegisterRegexpResponder("PUT", banRE, overstated(f, 5, 1, 250*time.Millisecond))
+			c, _ := newClient(t, mock, ratecord.WithStore(st.new(t, store.Policy{ResetOffset: 5 * time.Millisecond})))
+			// One request teaches the bucket (5, 4 remaining); then five at
+			// once, as its headers allow.
+			okResp(t)(do(t, c, "PUT", api+"/guilds/1/bans/1", "Bot a"))
+			parallel(5, func(i int) {
+				okResp(t)(do(t, c, "PUT", api+fmt.Sprintf("/guilds/1/bans/%d", 10+i), "Bot a"))
+			})
+			_, first, _ := f.stats()
+			if first == 0 {
+				t.Fatal("the emulated bucket answered no 429: the test does not test anything")
+			}
+			parallel(5, func(i int) {
+				okResp(t)(do(t, c, "PUT", api+fmt.Sprintf("/guilds/1/bans/%d", 20+i), "Bot a"))
+			})
+			if _, n429, _ := f.stats(); n429 > first {
+				t.Errorf("%d more 429s after the bucket showed its real limit (%d in the window that showed it); want none", n429-first, first)
 			}
 		})
 	}

@@ -292,9 +292,15 @@ local function observe(b, t, h, probes)
   end
 end
 
+-- model.Bucket.sameFixedWindow
+local function sameFixedWindow(b, h, probes)
+  return not b.sliding and probes == 0 and h.reset > 0 and b.serverInstant and b.seenRemaining > 0
+    and h.reset - b.instant <= 2 and b.instant - h.reset <= 2
+end
+
 local function limited(b, t, retry, h, probes)
   local contradicted = b.known and not b.unlimited and not b.estimated and b.remaining >= 0 and t < b.resetAt
-    and (h == nil or (h.limit == b.limit and h.remaining > 0)) and t >= b.pause
+    and (h == nil or (h.limit == b.limit and (h.remaining > 0 or sameFixedWindow(b, h, probes)))) and t >= b.pause
   local since = math.min(math.max(t - b.heldAt, 0), b.window)
   if h then observe(b, t, h, probes) end
   b.pause = math.max(b.pause, t + clamp(retry))

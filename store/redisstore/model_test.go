@@ -218,6 +218,10 @@ func modelClient(t *testing.T) *redis.Client {
 
 const t0 = 1_700_000_000_000 // a Redis time, in ms
 
+// epoch is a moment on Discord's clock (X-RateLimit-Reset, in ms), which
+// differs from the store's.
+const epoch = 1_800_000_000_000
+
 // TestModelTransitions is the table of the model's rules: each case builds
 // a bucket through a sequence of transitions, checks the decisions the
 // rule is about in Go, and requires model.lua to reach the same state and
@@ -545,6 +549,50 @@ func TestModelTransitions(t *testing.T) {
 				{10, opAvailable(t0 + 3001), 1},
 				{10, opTake(t0 + 3001), 0},
 				{10, opAvailable(t0 + 3002), 1},
+			},
+		},
+		{
+			name:  "a 429 saying none is left in the fixed window of a response that said four were: the headers overstate, the bucket is held",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 5, Remaining: 4, ResetAfter: 1000, Offset: 10, Reset: epoch + 1000}),
+				opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1),
+				opLimited(t0+50, 950, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 950, Offset: 10, Reset: epoch + 1000}, 0),
+				opSettle(), opSettle(), opSettle(), opSettle(),
+				opAvailable(t0 + 1050), opTake(t0 + 1050),
+			},
+			checks: []check{
+				{10, opAvailable(t0 + 1049), 0}, // a hold (950 + 50) after the last response
+				{10, opAvailable(t0 + 1050), 1},
+				{12, opAvailable(t0 + 1051), 0}, // one in flight
+			},
+		},
+		{
+			name:  "a 429 saying none is left at another full-again moment (a sliding drip) learns no hold",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 5, Remaining: 4, ResetAfter: 1000, Offset: 10, Reset: epoch + 1000}),
+				opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1),
+				opLimited(t0+50, 950, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 990, Offset: 10, Reset: epoch + 1040}, 0),
+				opSettle(), opSettle(), opSettle(), opSettle(),
+				opAvailable(t0 + 1050), opTake(t0 + 1050),
+			},
+			checks: []check{
+				{12, opAvailable(t0 + 1051), 1}, // no hold: more than one in flight
+			},
+		},
+		{
+			name:  "a 429 saying none is left while probes of unlearned routes were in flight learns no hold: they may have spent it",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 5, Remaining: 4, ResetAfter: 1000, Offset: 10, Reset: epoch + 1000}),
+				opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1),
+				opLimited(t0+50, 950, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 950, Offset: 10, Reset: epoch + 1000}, 1),
+				opSettle(), opSettle(), opSettle(), opSettle(),
+				opAvailable(t0 + 1050), opTake(t0 + 1050),
+			},
+			checks: []check{
+				{12, opAvailable(t0 + 1051), 1},
 			},
 		},
 		{

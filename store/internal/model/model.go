@@ -492,9 +492,11 @@ func (b *Bucket) watchSliding(now int64, h Headers, limit, remaining int64) {
 //
 // When the model still counted the request inside what the last headers
 // allowed (a slot remained and the window they dated was not over), the
-// 429's own headers still claim room (a 429 saying none is left is the
-// bucket's own, which a sliding window's drip can bring a little early at
-// network latency), the 429 names no other limit (a lowered limit explains it) and no earlier
+// 429's own headers still claim room, or say none is left in the same
+// fixed window as a response that said some was (see sameFixedWindow;
+// otherwise a 429 saying none is left is the bucket's own, which a sliding
+// window's drip can bring a little early at network latency), the 429
+// names no other limit (a lowered limit explains it) and no earlier
 // 429's pause lasts (this one would only echo it, for a request sent
 // before), the headers overstate the bucket: it is held (see Hold) to one request at a
 // time until a response names another Limit. The spacing is what the 429
@@ -504,7 +506,7 @@ func (b *Bucket) watchSliding(now int64, h Headers, limit, remaining int64) {
 // between two arrivals at Discord, so jitter cannot bunch them.
 func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt &&
-		(h == nil || h.Limit == b.Limit && h.Remaining > 0) && now >= b.Pause
+		(h == nil || h.Limit == b.Limit && (h.Remaining > 0 || b.sameFixedWindow(*h, probes))) && now >= b.Pause
 	since := min(max(now-b.HeldAt, 0), b.Window)
 	if h != nil {
 		b.Observe(now, *h, probes)
@@ -523,6 +525,23 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 		}
 	}
 }
+
+// sameFixedWindow reports whether a 429's headers h, saying no request is
+// left, date from the same fixed window, on Discord's clock, as the
+// response before them, which said some were: a fixed window's count only
+// goes down, by the requests that arrived in between, which the model
+// counted in what that response allowed. Discord counted fewer than its
+// headers claim. (A sliding window's full-again moment moves with each
+// request, so its drip, early at network latency, never matches; requests
+// of routes whose bucket is not known yet may have spent the window.)
+func (b *Bucket) sameFixedWindow(h Headers, probes int64) bool {
+	return !b.Sliding && probes == 0 && h.Reset > 0 && b.ServerInstant && b.SeenRemaining > 0 &&
+		h.Reset-b.Instant <= sameInstant && b.Instant-h.Reset <= sameInstant
+}
+
+// sameInstant is how far apart, in milliseconds, two X-RateLimit-Reset
+// values of one fixed window may be (Discord rounds them).
+const sameInstant = 2
 
 // Shared applies a 429 of scope shared: the resource is busy for everyone,
 // the bucket's own counts stay as they are.
