@@ -38,6 +38,12 @@
 // local one), and counts each request in flight as a whole slot until its
 // response dates it, since Discord counts a request from when it arrives.
 //
+// A 429 of scope shared limits a resource every client shares, not the
+// bucket: the store holds that resource alone (the request's path on its
+// route: one message's reactions, say) for the wait the 429 names, in every
+// process of a shared store, and the route's other resources keep their
+// bucket's rate.
+//
 // # Limits no header announces
 //
 // The transport waits exactly as long as Discord said, for exactly what it

@@ -168,3 +168,16 @@ func (f *fakeDiscord) stats() (sent []sentRequest, n429, maxInflight int) {
 	defer f.mu.Unlock()
 	return append([]sentRequest(nil), f.sent...), f.n429, f.maxInflight
 }
+
+// count returns how many requests matching re were answered with status.
+func (f *fakeDiscord) count(re interface{ MatchString(string) bool }, status int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.sent {
+		if s.status == status && re.MatchString(s.route) {
+			n++
+		}
+	}
+	return n
+}

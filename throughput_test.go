@@ -2,7 +2,10 @@ package ratecord_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+
 	"net/http"
 	"regexp"
 	"strconv"
@@ -207,6 +210,79 @@ func TestOverstatedLimitIsLearned(t *testing.T) {
 			})
 			if _, n429, _ := f.stats(); n429 > first {
 				t.Errorf("%d more 429s after the bucket showed its real limit (%d in the window that showed it); want none", n429-first, first)
+			}
+		})
+	}
+}
+
+// TestShared429HoldsOnlyItsResource: a 429 of scope shared on one
+// message's reactions holds that message's reactions for the wait it
+// names; the reactions of another message of the same channel (the same
+// bucket) go on at the bucket's rate.
+func TestShared429HoldsOnlyItsResource(t *testing.T) {
+	reactRE := regexp.MustCompile(`/channels/\d+/messages/\d+/reactions/[^/]+/@me$`)
+	for _, st := range bothStores {
+		t.Run(st.name, func(t *testing.T) {
+			f := newFakeDiscord()
+			mock := httpmock.NewMockTransport()
+			var busy atomic.Bool
+			busy.Store(true)
+			headers := []string{"X-RateLimit-Limit", "50", "X-RateLimit-Remaining", "40", "X-RateLimit-Reset-After", "10", "X-RateLimit-Bucket", "react"}
+			ok := f.plain(204, ``, headers...)
+			shared := f.plain(429, `{"message":"busy","retry_after":0.8,"global":false}`,
+				append(headers, "X-RateLimit-Scope", "shared", "Retry-After", "1")...)
+			mock.RegisterRegexpResponder("PUT", reactRE, func(r *http.Request) (*http.Response, error) {
+				if strings.Contains(r.URL.Path, "/messages/1/") && busy.CompareAndSwap(true, false) {
+					return shared(r)
+				}
+				return ok(r)
+			})
+			// Without the reaction spacing, so that the bucket's rate shows.
+			c, _ := newClient(t, mock, ratecord.WithStore(st.new(t, store.Policy{ResetOffset: -1})), ratecord.WithReactionSpacing(0))
+			okResp2 := func(resp *http.Response, err error) {
+				t.Helper()
+				if err != nil || resp.StatusCode != 204 {
+					t.Errorf("got %v, %v; want 204", resp, err)
+				}
+			}
+			// Learn the bucket.
+			okResp2(do(t, c, "PUT", api+"/channels/9/messages/2/reactions/%F0%9F%91%8D/@me", "Bot a"))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				okResp2(do(t, c, "PUT", api+"/channels/9/messages/1/reactions/%F0%9F%91%8D/@me", "Bot a"))
+			}()
+			for f.count(reactRE, 429) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			t0 := time.Now()
+			for range 5 {
+				okResp2(do(t, c, "PUT", api+"/channels/9/messages/2/reactions/%F0%9F%91%8D/@me", "Bot a"))
+			}
+			if d := time.Since(t0); d > 400*time.Millisecond {
+				t.Errorf("the other message's reactions took %v; want them unaffected by the shared 429", d)
+			}
+			// Its own resource waits: a caller that will not wait is told.
+			_, err := doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "PUT",
+				api+"/channels/9/messages/1/reactions/%F0%9F%91%8D/@me", "Bot a", nil)
+			var rl *ratecord.RateLimitError
+			if !errors.As(err, &rl) || rl.Scope != store.ScopeShared {
+				t.Errorf("a request for the held resource that will not wait: %v; want a RateLimitError of scope shared", err)
+			}
+			<-done
+			sent, _, _ := f.stats()
+			var limitedAt, retryAt time.Time
+			for _, s := range sent {
+				if strings.Contains(s.route, "/messages/1/") {
+					if s.status == 429 {
+						limitedAt = s.at
+					} else if retryAt.IsZero() {
+						retryAt = s.at
+					}
+				}
+			}
+			if d := retryAt.Sub(limitedAt); d < 800*time.Millisecond || d > 1500*time.Millisecond {
+				t.Errorf("the limited resource went again %v after its 429; want when its retry_after (800ms) ended", d)
 			}
 		})
 	}

@@ -289,6 +289,7 @@ func (t *Transport) claim(key routeKey, req *http.Request, rc control) store.Cla
 		MaxWait:    t.cfg.maxWait,
 		Priority:   rc.priority,
 		Done:       t.done,
+		Path:       req.URL.Path,
 	}
 	if t.cfg.reactions > 0 && isReaction(key.route) {
 		c.Spacing = t.cfg.reactions

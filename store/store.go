@@ -225,6 +225,13 @@ type Claim struct {
 	// them until it ends; the bucket's other requests go on under its
 	// headers. "" means none.
 	Kind string
+	// Path is the request's URL path: with Route it names the resource a
+	// 429 of scope shared limits (a message's reactions, say), which the
+	// stores of this module then hold alone, the route's other resources
+	// going on. It may hold a webhook's or an interaction's token: a store
+	// keeps only a digest of it, never the path. "" means the resource is
+	// not known: a shared 429 then holds the claim's bucket.
+	Path string
 }
 
 // Settler is implemented by stores: it applies what a reservation's

@@ -108,6 +108,7 @@ func New(opts ...Option) *Store {
 	}
 	s.pol = s.pol.Normalize()
 	s.gates = edge.New(s.clock, s.pol.BlockPause, s.pol.BlockPauseMax, "", nil, nil, 0)
+	s.gates.SetOffset(s.pol.ResetOffset)
 	s.hold = millis(s.pol.GlobalHold)
 	s.offset = millis(s.pol.ResetOffset)
 	// The model reads 0 as "never": the store's time starts well after it.
@@ -665,7 +666,8 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		switch {
 		case cr.m.Limited(now, string(u.Scope), retry):
 		case u.Scope == store.ScopeShared:
-			if target != nil {
+			// No wait: the gates hold the resource alone (edge.Gates.Settle).
+			if target != nil && u.RetryAfter > 0 {
 				target.Shared(now, retry)
 			}
 		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&

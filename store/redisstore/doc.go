@@ -59,7 +59,9 @@
 //	                      probe id"; a gate lasts until a probe passes; TTL a day past the last
 //	P:edge:<E>     channel notes of the group: the blocks changed ("b", the pause and the key
 //	                      when a process met a block), the count of invalid responses crossed an
-//	                      eighth of the budget ("i", the count, when its oldest stops counting)
+//	                      eighth of the budget ("i", the count, when its oldest stops counting),
+//	                      a 429 of scope shared holds a resource ("s", the wait, a digest of the
+//	                      credential, route and path, the Store's id)
 //	P:n:<S>        channel pushes to Store S: "<T> <B> <ms>", its turn in a line of credential
 //	                      T came or moved (see below)
 //

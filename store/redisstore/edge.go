@@ -84,6 +84,29 @@ func (r edgeRemote) Release(ctx context.Context, keys []string, id string, penal
 	return nil
 }
 
+// Shared publishes a note, "s", the pause in milliseconds, the resource's
+// digest in hexadecimal and the id of this Store, one per line: nothing is
+// written, since a shared 429's wait is short and each process keeps its
+// own copy.
+func (r edgeRemote) Shared(ctx context.Context, res uint64, pause time.Duration) error {
+	return r.s.client.Publish(ctx, r.s.edgeChannel(),
+		"s\n"+strconv.FormatInt(millis(pause), 10)+"\n"+strconv.FormatUint(res, 16)+"\n"+r.s.id).Err()
+}
+
+// parseSharedNote reads the note of Shared.
+func parseSharedNote(p string) (res uint64, pause time.Duration, from string, ok bool) {
+	parts := strings.Split(p, "\n")
+	if len(parts) != 4 || parts[0] != "s" {
+		return 0, 0, "", false
+	}
+	ms, err1 := strconv.ParseInt(parts[1], 10, 64)
+	res, err2 := strconv.ParseUint(parts[2], 16, 64)
+	if err1 != nil || err2 != nil || ms <= 0 || ms > 86_400_000 || res == 0 {
+		return 0, 0, "", false
+	}
+	return res, time.Duration(ms) * time.Millisecond, parts[3], true
+}
+
 // readGates replaces the process's copy of the gates with Redis's.
 func (s *Store) readGates(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout)

@@ -227,3 +227,68 @@ func TestBlockPacesEveryProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedResourceAcrossProcesses: a 429 of scope shared that one
+// process meets holds that resource, and only it, in another process
+// sharing the store, for the wait the 429 names.
+func TestSharedResourceAcrossProcesses(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t)
+	pol := store.Policy{ResetOffset: -1}
+	a := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+	route := "PUT /channels/:id/messages/:id/reactions/:reaction/@me"
+	claim := func(msg string) store.Claim {
+		return store.Claim{Credential: "shared-cred", Route: route, Major: "channels/1",
+			Path: "/api/v10/channels/1/messages/" + msg + "/reactions/%F0%9F%91%8D/@me"}
+	}
+	// b follows the store's channel from its first Acquire on, and its
+	// response teaches the bucket: 50 per 10 s.
+	r, err := b.Acquire(ctx, claim("3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Report(ctx, store.Update{Sent: true, Status: 204, Bucket: "react", HasLimit: true, Limit: 50, Remaining: 49, ResetAfter: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = a.Acquire(ctx, claim("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Report(ctx, store.Update{Sent: true, Status: 429, Scope: store.ScopeShared, RetryAfter: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	held := claim("1")
+	held.NoWait = true
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r, err := b.Acquire(ctx, held)
+		if err == nil {
+			r.Cancel() // before the note came: allowed
+		}
+		var we *store.WaitError
+		if errors.As(err, &we) && we.Scope == store.ScopeShared {
+			if we.RetryAfter <= time.Second || we.RetryAfter > 2*time.Second {
+				t.Errorf("process b holds the resource for %v; want the 2s the 429 named, less the note's way", we.RetryAfter)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("process b never learned of the shared 429 process a met")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Another message of the same bucket goes, in both processes.
+	for _, s := range []*redisstore.Store{a, b} {
+		actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		r, err := s.Acquire(actx, claim("2"))
+		cancel()
+		if err != nil {
+			t.Fatalf("another resource of the bucket: %v; want it granted", err)
+		}
+		r.Cancel()
+	}
+}

@@ -21,8 +21,9 @@ import (
 //     one. Only the processes whose turn it is are told, so a push costs
 //     Redis one delivery, however many processes share the credential.
 //   - its group's, edgeChannel(), where processes publish the Cloudflare
-//     blocks they meet and the group's count of invalid responses when it
-//     crosses an eighth of the budget.
+//     blocks they meet, the resources that 429s of scope shared hold, and
+//     the group's count of invalid responses when it crosses an eighth of
+//     the budget.
 //
 // Pub/sub over keyspace notifications or client tracking, which would tell
 // every process of every change of a key it watches, and over blocking
@@ -125,6 +126,12 @@ func (s *Store) note(channel, payload string) {
 		// The hash may not hold the block yet: a note follows once it
 		// does.
 		s.gates.Merge([]edge.State{st}, time.Now())
+		return
+	}
+	if res, pause, from, ok := parseSharedNote(payload); ok {
+		if from != s.id {
+			s.gates.HoldResource(res, pause)
+		}
 		return
 	}
 	if n, free, ok := parseInvalidNote(payload); ok {

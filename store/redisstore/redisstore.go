@@ -150,6 +150,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s.pol = s.pol.Normalize()
 	s.local = memstore.New(memstore.WithPolicy(s.pol))
 	s.gates = edge.New(clock.Real{}, s.pol.BlockPause, s.pol.BlockPauseMax, s.id, edgeRemote{s}, s.ctx, s.callTimeout)
+	s.gates.SetOffset(s.pol.ResetOffset)
 	return s
 }
 

@@ -278,10 +278,14 @@ func (st *step) report(s *Store, k credKeys, h *permit, u *store.Update, seq uin
 	case h.lent:
 		sent = 2
 	}
+	retry := millis(store.ClampDuration(u.RetryAfter) + offset)
+	if u.Scope == store.ScopeShared && u.RetryAfter <= 0 {
+		retry = 0 // the gates hold the resource (see edge.Gates.Settle)
+	}
 	st.reports = append(st.reports, seq,
 		h.route, h.member, sent, u.Status, u.Bucket, flag(u.HasLimit),
 		u.Limit, u.Remaining, resetAfter, string(u.Scope),
-		millis(store.ClampDuration(u.RetryAfter)+offset), millis(offset),
+		retry, millis(offset),
 		cooldownMs, flag(h.tokenAuth), h.kind, h.hash, flag(h.global),
 		digest(h.major), flag(h.cred == store.Unauthenticated), h.sub,
 		model.ResetMillis(u.Reset), min(max(ageMs, 0), maxReportMs), gid, tid, sid,

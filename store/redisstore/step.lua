@@ -280,7 +280,8 @@ local function update(k, a)
     if credLimited(c, t, scope, retry) then
       saveCred()
     elseif scope == 'shared' then
-      if target then shared(target, t, retry) end
+      -- No wait: the process holds the resource alone (edge.Gates).
+      if target and retry > 0 then shared(target, t, retry) end
     elseif target and kindName ~= '' and scope == 'user' and h and hiddenSublimit(retry, h.resetAfter, h.offset, h.remaining) then
       -- A hidden sublimit of the request's kind: only its kind waits; the
       -- bucket follows its headers.

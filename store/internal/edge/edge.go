@@ -57,6 +57,9 @@ type Remote interface {
 	// Release gives up the probe id holds on keys; penalty adds a pause of
 	// first (the probe was sent but not answered).
 	Release(ctx context.Context, keys []string, id string, penalty time.Duration) error
+	// Shared tells the other processes that a 429 of scope shared holds
+	// resource res (see Resource) for pause from now.
+	Shared(ctx context.Context, res uint64, pause time.Duration) error
 }
 
 // State is one gate as the shared store reports it, times relative to the
@@ -105,6 +108,12 @@ type Gates struct {
 	slot   atomic.Uint32     // the slot (see slotWidth) of the latest claim's arrival
 	// paceSweep is when the next pace runs out (zero: none).
 	paceSweep time.Time
+
+	// shared holds the resources that 429s of scope shared hold (see
+	// Resource): digest -> until. sharedOn reports that it is not empty.
+	shared   map[uint64]time.Time
+	sharedOn atomic.Bool
+	offset   time.Duration // added to the waits of shared 429s
 }
 
 // New returns the gates of a store that pauses first after a block, at most
@@ -382,6 +391,12 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 		g.slot.Store(n)
 	}
 	for {
+		if g.sharedOn.Load() {
+			gated = true
+			if err := g.awaitResource(ctx, &c, start, done); err != nil {
+				return nil, err
+			}
+		}
 		var tk Ticket
 		if g.Active() {
 			gated = true
@@ -419,9 +434,15 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 				}
 			}
 		}
-		if g.Holds(tk, c.Route) {
-			// A block came while the claim waited for its bucket: give
-			// the slot back and wait at the gates.
+		held := g.Holds(tk, c.Route)
+		if !held && g.ResourceHeld(&c) {
+			g.Abandon(tk) // the next in line probes
+			held = true
+		}
+		if held {
+			// A block came while the claim waited for its bucket, or a
+			// shared 429 for its resource: give the slot back and wait
+			// at the gates.
 			gated = true
 			r.Recycle()
 			continue
@@ -460,7 +481,14 @@ func (g *Gates) release(keys []string, id string, penalty time.Duration) {
 }
 
 // Settle applies what a request of claim c taught, reported through r.
+//
+// A 429 of scope shared holds the claim's resource (see Resource) for the
+// wait it names; u's RetryAfter is then set to zero, so that the store
+// leaves the bucket's counts and pauses alone.
 func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
+	if u.Sent && u.Status == 429 && u.Scope == store.ScopeShared && g.settleShared(c, u) {
+		u.RetryAfter = 0
+	}
 	blocked := u.Sent && u.Status == 429 && u.Scope == store.ScopeBlocked
 	if u.Sent && u.Status > 0 && !blocked {
 		// It passed the edge. Counted in the slot of the latest claim's
