@@ -123,39 +123,58 @@ func TestReason(t *testing.T) {
 }
 
 // TestUnansweredRequestKeepsItsWindow: a request cancelled after it was
-// sent may have opened a window at Discord that no response dated, so the
-// bucket stays closed a whole window after it, not only until the reset
-// an earlier response named.
+// sent may have opened a window at Discord that no response dated: when
+// the window the last response dated ended before the request was given
+// up, the bucket stays closed a whole window after it, not only until that
+// reset. When the dated window lasted past it, the request counted there,
+// and the bucket reopens at its reset.
 func TestUnansweredRequestKeepsItsWindow(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int32
-	mock := httpmock.NewMockTransport()
-	mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
-		if calls.Add(1) == 2 {
-			<-r.Context().Done() // never answered
-			return nil, r.Context().Err()
-		}
-		resp := httpmock.NewStringResponse(200, "{}")
-		resp.Header.Set("X-RateLimit-Bucket", "m")
-		resp.Header.Set("X-RateLimit-Limit", "2")
-		resp.Header.Set("X-RateLimit-Remaining", "1")
-		resp.Header.Set("X-RateLimit-Reset-After", "1")
-		return resp, nil
-	})
-	c, _ := newClient(t, mock)
-	okResp(t)(doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil))
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
-	cancel()
-	if err == nil {
-		t.Fatal("the unanswered request returned no error")
-	}
-	// Past the reset the first response named (1 s after it), well within
-	// a window of the unanswered request (1.5 s after the first).
-	time.Sleep(700 * time.Millisecond)
-	_, err = doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "POST", api+"/channels/1/messages", "Bot a", nil)
-	if !errors.Is(err, ratecord.ErrWaitTooLong) {
-		t.Errorf("request after the named reset, within a window of the unanswered one: %v; want it held (ErrWaitTooLong)", err)
+	for _, tc := range []struct {
+		name       string
+		resetAfter string
+		wait       time.Duration // after the cancel, before the next request
+		held       bool
+	}{
+		// The dated window (300 ms) ended before the cancel (500 ms): the
+		// request may have opened a window of 300 ms from then.
+		{"dated window ended", "0.3", 100 * time.Millisecond, true},
+		// The dated window (1 s) lasted past the cancel: the request counted
+		// in it, and it reopens at its reset.
+		{"dated window lasted", "1", 600 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			mock := httpmock.NewMockTransport()
+			mock.RegisterRegexpResponder("POST", messagesRE, func(r *http.Request) (*http.Response, error) {
+				if calls.Add(1) == 2 {
+					<-r.Context().Done() // never answered
+					return nil, r.Context().Err()
+				}
+				resp := httpmock.NewStringResponse(200, "{}")
+				resp.Header.Set("X-RateLimit-Bucket", "m")
+				resp.Header.Set("X-RateLimit-Limit", "2")
+				resp.Header.Set("X-RateLimit-Remaining", "1")
+				resp.Header.Set("X-RateLimit-Reset-After", tc.resetAfter)
+				return resp, nil
+			})
+			c, _ := newClient(t, mock)
+			okResp(t)(doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+			cancel()
+			if err == nil {
+				t.Fatal("the unanswered request returned no error")
+			}
+			time.Sleep(tc.wait)
+			_, err = doCtx(ratecord.WithRequestMaxWait(context.Background(), 0), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+			switch {
+			case tc.held && !errors.Is(err, ratecord.ErrWaitTooLong):
+				t.Errorf("request within a window of the unanswered one: %v; want it held (ErrWaitTooLong)", err)
+			case !tc.held && err != nil:
+				t.Errorf("request after the reset of the window the unanswered one counted in: %v; want it sent", err)
+			}
+		})
 	}
 }
 

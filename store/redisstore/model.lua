@@ -190,7 +190,7 @@ local function unanswered(b, t)
   if not b.known or b.unlimited then return end
   b.level = levelNow(b, t) + 1
   b.levelAt = t
-  if b.sliding then return end
+  if b.sliding or (not b.estimated and b.resetAt - b.offset > t) then return end
   b.resetAt = math.max(b.resetAt, t + b.offset + b.window)
 end
 

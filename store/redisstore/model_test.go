@@ -457,12 +457,32 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "a request that got no answer keeps its window closed a whole window after",
+			name:  "a request that got no answer after its window ended keeps the bucket closed a whole window after",
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opUnanswered(t0 + 1500)},
 			checks: []check{
 				{3, opAvailable(t0 + 1100), 0},
-				{3, opAvailable(t0 + 1500 + 1000 + 100), 1},
+				{3, opAvailable(t0 + 2519), 0},
+				{3, opAvailable(t0 + 1500 + 10 + 1010), 1}, // the offset and the longest window (1010, its offset in it)
+			},
+		},
+		{
+			name:  "a request that got no answer while a dated window lasted counted in it: the window ends as dated",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opUnanswered(t0 + 500)},
+			checks: []check{
+				{3, opAvailable(t0 + 1009), 0},
+				{3, opAvailable(t0 + 1010), 1},
+			},
+		},
+		{
+			name:  "a request that got no answer within a dated window's offset may have opened the next one",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opUnanswered(t0 + 1005)},
+			checks: []check{
+				{3, opAvailable(t0 + 1010), 0},
+				{3, opAvailable(t0 + 2024), 0},
+				{3, opAvailable(t0 + 1005 + 10 + 1010), 1},
 			},
 		},
 		{

@@ -1249,19 +1249,29 @@ func testBlockedBan(h *harness) {
 	h.waitError(err, store.ErrWaitTooLong, "a third route after blocks on two")
 }
 
-// testUnansweredKeepsWindow: a request sent but never answered may have
-// opened a window at Discord that no response dated: its bucket stays
-// closed a whole window after the report, past the reset an earlier
-// response named.
+// testUnansweredKeepsWindow: a request sent but never answered after the
+// window a response dated ended may have opened a window at Discord that
+// no response dated: its bucket stays closed a whole window after it. One
+// given up while that window lasted counted in it: the bucket reopens at
+// its reset.
 func testUnansweredKeepsWindow(h *harness) {
 	c := claim(h.cred("a"), routeCreate, major1)
-	h.learn(c, "h", 2, 1, time.Second)
+	h.learn(c, "h", 2, 1, 300*time.Millisecond)
 	t0 := time.Now()
 	p := h.acquireNow(c)
 	time.Sleep(500 * time.Millisecond)
-	h.update(p, store.Update{Sent: true}) // no response
+	h.update(p, store.Update{Sent: true}) // no response, after the dated window ended
+	time.Sleep(time.Until(t0.Add(600 * time.Millisecond)))
+	h.mustWait(c, watch) // the named reset (300 ms) has passed; the unanswered request's window (800 ms) has not
+
+	d := claim(h.cred("b"), routeCreate, major1)
+	h.learn(d, "h", 2, 1, time.Second)
+	t0 = time.Now()
+	p = h.acquireNow(d)
+	time.Sleep(300 * time.Millisecond)
+	h.update(p, store.Update{Sent: true}) // no response, within the dated window
 	time.Sleep(time.Until(t0.Add(1200 * time.Millisecond)))
-	h.mustWait(c, watch) // the named reset (1 s) has passed; the unanswered request's window (1.5 s) has not
+	h.acquireNow(d) // the named reset (1 s) has passed
 }
 
 // testUnsentGivesBackSlot: an Update with Sent false gives the slot back.

@@ -310,9 +310,11 @@ func (b *Bucket) Settle() {
 // Unanswered settles a request that was sent at or before now but got no
 // response: it failed in flight, or its caller gave up. Discord may have
 // counted it when it arrived, as late as now: the leaky-bucket model
-// counts it from now, and a known fixed window, which may be the first
-// one no response dated, does not reopen before now, plus the offset and
-// its longest length.
+// counts it from now. A known fixed window that a response dated and that
+// lasts past now (its offset aside) held the request's arrival: it counted
+// there, and the window ends as that response said. Otherwise the request
+// may have opened the first window no response dated, which does not
+// reopen before now, plus the offset and the window's longest length.
 func (b *Bucket) Unanswered(now int64) {
 	b.Settle()
 	b.HeldAt = max(b.HeldAt, now)
@@ -321,7 +323,7 @@ func (b *Bucket) Unanswered(now int64) {
 	}
 	b.Level = b.levelNow(now) + 1
 	b.LevelAt = now
-	if b.Sliding {
+	if b.Sliding || !b.Estimated && b.ResetAt-b.Offset > now {
 		return
 	}
 	b.ResetAt = max(b.ResetAt, now+b.Offset+b.Window)
