@@ -29,11 +29,12 @@ type counterKind uint8
 const (
 	kindBucket     counterKind = iota // cred, hash, major
 	kindGlobal                        // cred
-	kindShared                        // hash = index of the SharedLimit, major = resource
+	kindShared                        // hash = index of the SharedLimit, major = the resource it matched
 	kindSublimit                      // major = channels/{id}
 	kindInvalid                       // cred = client IP
 	kindEdge                          // cred = client IP, hash = index of the EdgeLimit
 	kindEdgeStrike                    // cred = client IP, hash = index of the EdgeLimit: requests into its blocks
+	kindBare                          // cred, hash = index of the BareLimit, major
 )
 
 // counterKey names one counter.
@@ -60,16 +61,17 @@ type renameKey struct {
 	channel string // channels/{id}
 }
 
-// renameTold is a sublimit 429 sent to a credential: when it reached which
-// process of the client, and when its retry_after ran out.
-type renameTold struct {
+// waitTold is a 429 that named a wait, sent to a credential: when it
+// reached which process of the client, and when the wait it named ran out,
+// counted from the decision.
+type waitTold struct {
 	reached
 	end time.Time
 }
 
-// maxRenameTold bounds the sublimit 429s remembered per credential and
-// channel; the newest are kept.
-const maxRenameTold = 16
+// maxWaitTold bounds the 429s remembered per counter (per credential and
+// channel for the sublimit); the newest are kept.
+const maxWaitTold = 16
 
 // result is the emulator's decision about one request.
 type result struct {
@@ -78,19 +80,35 @@ type result struct {
 	scope     string        // scope of a 429, "" otherwise
 	retry     time.Duration // retry_after of a 429
 	headers   *bucketHeaders
-	banned    bool // the client IP is banned: Cloudflare's 429
-	edge      bool // an edge limit blocks the client IP: Cloudflare's JSON 429
-	avoidable bool // a 429 the client could have avoided
+	banned    bool       // the client IP is banned: Cloudflare's 429
+	edge      bool       // an edge limit blocks the client IP: Cloudflare's JSON 429
+	edgeBody  *edgeLimit // the edge limit whose 429 it is, which says its body
+	bare      bool       // a bare limit refuses: Retry-After and nothing else
+	avoidable bool       // a 429 the client could have avoided
 	route     string
 	hash      string
-	code      int    // Discord error code of a 404 or 401
-	message   string // Discord error message of a 404 or 401
-	id        string // snowflake for a created object
-	gateway   int    // max_concurrency for the body of GET /gateway/bot, 0 otherwise
-	// delivered are run under the lock with the time the response was
-	// written: what the client was told counts from then, not from the
-	// planned end of the way down (a sleep can overrun it).
-	delivered []func(at time.Time)
+	code      int       // Discord error code of a 404 or 401
+	message   string    // Discord error message of a 404 or 401
+	id        string    // snowflake for a created object
+	gateway   int       // max_concurrency for the body of GET /gateway/bot, 0 otherwise
+	reached   time.Time // when the response is due at the client
+	entry     int       // number of the log entry, -1 when not logged
+	// told are what the response tells its client, moved under the lock
+	// to the time it is written (a sleep can overrun the planned end of the
+	// way down), or marked lost when it never is.
+	told []*reached
+}
+
+// named returns the wait a 429 named: whole seconds for a bare one,
+// retry_after for one with a scope, zero otherwise.
+func (res *result) named() time.Duration {
+	switch {
+	case res.bare:
+		return wholeSeconds(res.retry)
+	case res.scope != "":
+		return res.retry
+	}
+	return 0
 }
 
 // bucketHeaders are the values of the X-RateLimit-* headers of a bucket.
@@ -111,7 +129,7 @@ func (s *Server) decide(q *request, back time.Duration) result {
 	now := s.now()
 	s.sweep(now)
 	res := s.judge(q, now, back)
-	res.decided = now
+	res.decided, res.reached = now, now.Add(back)
 	s.record(q, &res)
 	return res
 }
@@ -169,15 +187,26 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 	if c != nil {
 		if ok, wait := c.check(now, l); !ok {
 			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeUser, wait
-			if b.Claim.claims() {
+			switch {
+			case b.Claim.claims():
 				res.avoidable = s.toldByClaim(&res, q, b, now, back)
-			} else {
+			case b.overstates():
+				key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
+				res.avoidable = s.toldToWait(key, &res, q, now, back, wait)
+			default:
 				res.avoidable = s.knewAny(s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}], q)
 			}
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
 			return res
 		}
+	}
+
+	if key, wait, ok := s.checkBare(q, now); !ok {
+		res.status, res.bare, res.retry = http.StatusTooManyRequests, true, wait
+		res.avoidable = s.toldToWait(key, &res, q, now, back, wholeSeconds(wait))
+		s.countInvalid(q.ip, now)
+		return res
 	}
 
 	if q.renames && s.cfg.sublimit > 0 {
@@ -195,6 +224,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 		c.add(now, l)
 		s.announce(&res, q, b, c, l, now, back)
 	}
+	s.addBare(q, now)
 
 	if s.gone(q, &res, now) {
 		return res
@@ -224,12 +254,28 @@ func (s *Server) toldByClaim(res *result, q *request, b Bucket, now time.Time, b
 }
 
 // toldOfRename reports whether a rename refused by the hidden sublimit was
-// sent after q's process knew of an earlier sublimit 429 on the same channel
-// to the same credential (see [Server.knew]) and before that 429's
-// retry_after had run out. It remembers this 429, whose retry_after is wait.
+// sent knowing an earlier sublimit 429 on the same channel to the same
+// credential and before its retry_after had run out; see [Server.toldWait].
 func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait time.Duration) bool {
 	key := renameKey{cred: q.cred, channel: q.resource}
-	told := s.renameTold[key]
+	avoidable, told := s.toldWait(s.renameTold[key], res, q, now, back, wait)
+	s.renameTold[key] = told
+	return avoidable
+}
+
+// toldToWait is [Server.toldOfRename] for the 429s of one counter: of a
+// bucket whose headers overstate its limit, or of a bare limit.
+func (s *Server) toldToWait(key counterKey, res *result, q *request, now time.Time, back, wait time.Duration) bool {
+	avoidable, told := s.toldWait(s.waitTold[key], res, q, now, back, wait)
+	s.waitTold[key] = told
+	return avoidable
+}
+
+// toldWait reports whether q was sent after its process knew of one of
+// the 429s told (see [Server.knew]) and before the wait that 429 named had
+// run out, counted from when the emulator decided it. It returns told with
+// this 429, which names wait, added.
+func (s *Server) toldWait(told []*waitTold, res *result, q *request, now time.Time, back, wait time.Duration) (bool, []*waitTold) {
 	avoidable := false
 	for _, t := range told {
 		if s.knew(t.reached, q) && q.sent.Before(t.end) {
@@ -237,13 +283,43 @@ func (s *Server) toldOfRename(res *result, q *request, now time.Time, back, wait
 			break
 		}
 	}
-	if len(told) >= maxRenameTold {
+	if len(told) >= maxWaitTold {
 		told = append(told[:0], told[1:]...)
 	}
-	t := &renameTold{reached: reached{at: now.Add(back), by: q.process}, end: now.Add(wait)}
-	s.renameTold[key] = append(told, t)
+	t := &waitTold{reached: reached{at: now.Add(back), by: q.process}, end: now.Add(wait)}
 	onWrite(res, &t.reached)
-	return avoidable
+	return avoidable, append(told, t)
+}
+
+// checkBare reports whether q fits every bare limit of its route. When one
+// is full it returns false, that limit's counter and the time until its
+// window ends.
+func (s *Server) checkBare(q *request, now time.Time) (key counterKey, wait time.Duration, ok bool) {
+	for i := range s.bare {
+		if !s.bare[i].tmpl.match(q.method, q.segs) {
+			continue
+		}
+		key := counterKey{kind: kindBare, cred: q.cred, hash: strconv.Itoa(i), major: q.major}
+		if ok, wait := s.counter(key, true).check(now, s.limitsFor(key)); !ok {
+			return key, wait, false
+		}
+	}
+	return counterKey{}, 0, true
+}
+
+// addBare counts q on every bare limit of its route.
+func (s *Server) addBare(q *request, now time.Time) {
+	for i := range s.bare {
+		if s.bare[i].tmpl.match(q.method, q.segs) {
+			key := counterKey{kind: kindBare, cred: q.cred, hash: strconv.Itoa(i), major: q.major}
+			s.counter(key, true).add(now, s.limitsFor(key))
+		}
+	}
+}
+
+// wholeSeconds rounds d up to whole seconds, as Retry-After says it.
+func wholeSeconds(d time.Duration) time.Duration {
+	return time.Duration(ceilMillis(d)+999) / 1000 * time.Second
 }
 
 // authorized reports whether an Authorization value is accepted. Requests
@@ -263,14 +339,13 @@ func (s *Server) authorized(auth string) bool {
 // one is full it returns false, the time until its window frees a slot and the
 // configured retry_after.
 func (s *Server) takeShared(q *request, now time.Time) (ok bool, wait, retry time.Duration) {
-	if q.resource == "" {
-		return true, 0, 0
-	}
-	for i, sh := range s.shared {
-		if sh.Resource != q.resource || (sh.tmpl != nil && !sh.tmpl.match(q.method, q.segs)) {
+	for i := range s.shared {
+		sh := &s.shared[i]
+		resource := sh.match(q)
+		if resource == "" {
 			continue
 		}
-		key := counterKey{kind: kindShared, hash: strconv.Itoa(i), major: q.resource}
+		key := counterKey{kind: kindShared, hash: strconv.Itoa(i), major: resource}
 		if ok, wait := take(s.counter(key, true), now, s.limitsFor(key)); !ok {
 			return false, wait, s.scale(sh.RetryAfter)
 		}
@@ -290,6 +365,13 @@ func (s *Server) announce(res *result, q *request, b Bucket, c counter, l limits
 	switch {
 	case b.Claim.claims():
 		h.limit, h.remaining, h.resetAfter = b.Claim.Limit, b.Claim.Remaining, s.scale(b.Claim.ResetAfter)
+	case b.overstates():
+		// Counted down from the announced limit: what the window holds
+		// taken from it, and nothing left once the real limit refuses.
+		h.limit, h.remaining = b.Announced, max(0, b.Announced-(b.Limit-st.remaining))
+		if res.status == http.StatusTooManyRequests {
+			h.remaining = 0
+		}
 	case b.Announced > 0:
 		h.limit = b.Announced
 		h.remaining = min(h.remaining, b.Announced)
@@ -328,7 +410,7 @@ func successStatus(q *request, hasBucket bool) int {
 	switch {
 	case q.method == http.MethodDelete:
 		return http.StatusNoContent
-	case q.method == http.MethodPut && len(s) >= 4 && (s[len(s)-2] == "roles" || contains(s, "reactions")):
+	case q.method == http.MethodPut && len(s) >= 4 && (s[len(s)-2] == "roles" || s[len(s)-2] == "bans" || contains(s, "reactions")):
 		return http.StatusNoContent
 	case q.method == http.MethodPost && len(s) == 4 && s[0] == "interactions" && s[3] == "callback":
 		return http.StatusNoContent
@@ -377,7 +459,7 @@ func (s *Server) counter(key counterKey, fixed bool) counter {
 	switch {
 	case key.kind == kindGlobal || key.kind == kindInvalid || key.kind == kindEdge || key.kind == kindEdgeStrike:
 		c = &slidingLog{}
-	case fixed:
+	case fixed || key.kind == kindBare:
 		c = &fixedWindow{}
 	default:
 		c = &slidingWindow{}
@@ -408,6 +490,10 @@ func (s *Server) limitsFor(key counterKey) limits {
 		i, _ := strconv.Atoi(key.hash)
 		e := s.edge[i]
 		return limits{limit: e.BanAfter, window: s.scale(e.Block)}
+	case kindBare:
+		i, _ := strconv.Atoi(key.hash)
+		b := s.bare[i]
+		return limits{limit: b.Limit, window: s.scale(b.Window)}
 	default:
 		return limits{limit: s.cfg.invalidLimit, window: s.scale(s.cfg.invalidWindow)}
 	}
@@ -415,8 +501,9 @@ func (s *Server) limitsFor(key counterKey) limits {
 
 // sweep drops, every sweepEvery, the counters that have fully reset, ended
 // bans and edge blocks, what clients were told about buckets they no longer
-// have a counter for, and sublimit 429s whose retry_after ran out more than
-// sweepEvery ago, so memory stays bounded by recent traffic.
+// have a counter for, and 429s of the sublimit, of overstating buckets and
+// of bare limits whose wait ran out more than sweepEvery ago, so memory
+// stays bounded by recent traffic.
 func (s *Server) sweep(now time.Time) {
 	if now.Sub(s.lastSweep) < sweepEvery {
 		return
@@ -440,6 +527,11 @@ func (s *Server) sweep(now time.Time) {
 	for key := range s.claimTold {
 		if _, ok := s.counters[key]; !ok {
 			delete(s.claimTold, key)
+		}
+	}
+	for key, told := range s.waitTold {
+		if len(told) == 0 || told[len(told)-1].end.Before(now.Add(-sweepEvery)) {
+			delete(s.waitTold, key)
 		}
 	}
 	for key, told := range s.renameTold {

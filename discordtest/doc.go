@@ -36,12 +36,18 @@
 //     emulated: every prefix gets seconds.
 //   - What headers do not say: the hidden sublimit on renaming a channel
 //     ([WithHiddenSublimit]), busy resources answering 429 with scope shared
-//     ([WithSharedLimit]), an X-RateLimit-Limit that understates the real
-//     limit ([Bucket].Announced), headers that claim room a bucket does not
-//     have ([Bucket].Claim), a limit of Discord's edge per client IP whose
-//     429s carry no rate-limit headers and block the IP for a while, with a
-//     ban for hammering a block ([WithEdgeLimit]), and a server clock that
-//     disagrees with the client's ([WithClockSkew]).
+//     ([WithSharedLimit]), top-level or within one, such as each message of
+//     a channel, an X-RateLimit-Limit that understates or overstates the
+//     real limit ([Bucket].Announced), headers that claim room a bucket does
+//     not have ([Bucket].Claim), a limit of a route whose 429s carry
+//     nothing but Retry-After in whole seconds, no rate-limit header and no
+//     body ([WithBareLimit]), a limit of Discord's edge per client IP whose
+//     429s carry no rate-limit headers (Cloudflare's JSON, or a body such as
+//     a plain "Too Many Requests") and either block the IP for a while, on
+//     the limit's routes or on every route, with a ban for hammering a
+//     block, or refuse the requests over the limit one by one
+//     ([WithEdgeLimit]), and a server clock that disagrees with the
+//     client's ([WithClockSkew]).
 //   - Invalid requests (401, 403, 429 except scope shared, 404 from a
 //     webhook) counted per client IP, and a Cloudflare ban above the
 //     threshold: 429 with an HTML body ("error code: 1015"), no rate-limit
@@ -57,7 +63,10 @@
 // counts, and a way down, before the response is written, each with jitter
 // and rare stalls, so requests arrive out of order and responses overtake
 // each other ([NetworkProfile] names a LAN, a bot host's distance from
-// Discord, and one with stalls; [WithSeed] makes the draws repeatable).
+// Discord, and one with stalls; [WithSeed] makes the draws repeatable). A
+// response whose client gives up on the way down is written to no one and
+// tells the client nothing; a request whose client gives up on the way up
+// is dropped, or with [WithSentRequestsArrive] arrives all the same.
 // [WithTimeScale] runs every window faster or slower; headers then report
 // real seconds, so a client needs no change to run in fast-forward.
 //

@@ -28,7 +28,7 @@ type edgeLimit struct {
 func newEdgeLimits(ls []EdgeLimit) ([]edgeLimit, error) {
 	out := make([]edgeLimit, 0, len(ls))
 	for _, l := range ls {
-		if l.Limit <= 0 || l.Window <= 0 || l.Block <= 0 {
+		if l.Limit <= 0 || l.Window <= 0 || l.Block < 0 {
 			return nil, errEdgeLimit
 		}
 		if l.BanAfter == 0 {
@@ -47,8 +47,25 @@ func newEdgeLimits(ls []EdgeLimit) ([]edgeLimit, error) {
 	return out, nil
 }
 
+// match reports whether q counts towards the limit.
 func (e *edgeLimit) match(q *request) bool {
 	return e.tmpl == nil || e.tmpl.match(q.method, q.segs)
+}
+
+// blocks reports whether a block of the limit covers q.
+func (e *edgeLimit) blocks(q *request) bool {
+	return e.Block > 0 && (e.Everywhere || e.match(q))
+}
+
+// body returns the Content-Type and body of the limit's 429s.
+func (e *edgeLimit) body() (contentType, body string) {
+	if e == nil || e.Body == "" {
+		return "application/json", edgeBlockBody
+	}
+	if e.ContentType == "" {
+		return "text/plain; charset=utf-8", e.Body
+	}
+	return e.ContentType, e.Body
 }
 
 // edgeKey names the block of one edge limit for one client IP.
@@ -65,7 +82,9 @@ type edgeAnswer struct {
 }
 
 // edgeEpisode is one block of an IP by an edge limit: from the request that
-// exceeded the limit to the end of the block.
+// exceeded the limit to the end of the block. For a limit without a block,
+// it is the refusals of the IP until a second (times the time scale) after
+// the latest of them reached the client, kept to judge the next.
 type edgeEpisode struct {
 	until   time.Time
 	answers []*edgeAnswer // oldest first
@@ -103,7 +122,7 @@ func (s *Server) edgeAvoidable(ep *edgeEpisode, q *request, gap time.Duration) b
 		return true
 	}
 	for _, a := range ep.answers {
-		if !a.sent.After(q.sent) && a.at.Add(reaction).After(q.sent) {
+		if !a.lost && !a.sent.After(q.sent) && a.at.Add(reaction).After(q.sent) {
 			return true
 		}
 	}
@@ -132,33 +151,52 @@ func (s *Server) judgeEdge(q *request, res *result, now time.Time, back time.Dur
 	}
 	for i := range s.edge {
 		e := &s.edge[i]
-		if !e.match(q) {
+		if !e.blocks(q) {
 			continue
 		}
 		ep := s.edgeBlocks[edgeKey{ip: q.ip, limit: i}]
 		if ep == nil || !now.Before(ep.until) {
 			continue
 		}
-		res.status, res.edge = http.StatusTooManyRequests, true
+		res.status, res.edge, res.edgeBody = http.StatusTooManyRequests, true, e
 		res.avoidable = s.edgeAvoidable(ep, q, s.scale(probeGap))
 		ep.answer(res, q, now.Add(back))
 		s.edgeStrike(q.ip, i, now)
 		return true
 	}
 	// No block: count the request on every edge limit it falls under, unless
-	// one of them is full, which starts a block.
+	// one of them is full, which starts a block, or for a limit without
+	// one refuses the request alone.
 	for i := range s.edge {
-		if !s.edge[i].match(q) {
+		e := &s.edge[i]
+		if !e.match(q) {
 			continue
 		}
 		key := counterKey{kind: kindEdge, cred: q.ip, hash: strconv.Itoa(i)}
-		if ok, _ := s.counter(key, false).check(now, s.limitsFor(key)); !ok {
-			ep := &edgeEpisode{until: now.Add(s.scale(s.edge[i].Block))}
+		if ok, _ := s.counter(key, false).check(now, s.limitsFor(key)); ok {
+			continue
+		}
+		res.status, res.edge, res.edgeBody = http.StatusTooManyRequests, true, e
+		k := edgeKey{ip: q.ip, limit: i}
+		if e.Block > 0 {
+			ep := &edgeEpisode{until: now.Add(s.scale(e.Block))}
 			ep.answer(res, q, now.Add(back))
-			s.edgeBlocks[edgeKey{ip: q.ip, limit: i}] = ep
-			res.status, res.edge = http.StatusTooManyRequests, true
+			s.edgeBlocks[k] = ep
 			return true
 		}
+		gap := s.scale(probeGap)
+		ep := s.edgeBlocks[k]
+		if ep != nil && now.Before(ep.until) {
+			res.avoidable = s.edgeAvoidable(ep, q, gap)
+		} else {
+			ep = &edgeEpisode{}
+			s.edgeBlocks[k] = ep
+		}
+		if end := now.Add(back + gap); end.After(ep.until) {
+			ep.until = end
+		}
+		ep.answer(res, q, now.Add(back))
+		return true
 	}
 	for i := range s.edge {
 		if s.edge[i].match(q) {

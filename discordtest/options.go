@@ -23,8 +23,13 @@ type SharedLimit struct {
 	// Route is a route template as in [Route]; empty matches every route on
 	// Resource.
 	Route string
-	// Resource is the top-level resource, such as "channels/123",
-	// "guilds/456" or "webhooks/789" (without a webhook token).
+	// Resource is the resource, the first segments of a request's path: a
+	// top-level resource such as "channels/123", "guilds/456" or
+	// "webhooks/789" (without a webhook token), or one within it such as
+	// "channels/123/messages/456", a message. A segment in braces matches
+	// any one segment, and each resource it matches is limited on its own:
+	// "channels/123/messages/{message_id}" limits every message of the
+	// channel apart.
 	Resource string
 	// Limit is the number of requests allowed per Window; it must be positive.
 	Limit int
@@ -40,11 +45,13 @@ type SharedLimit struct {
 // requests from one client IP, whatever their token, limited to Limit per
 // Window (at most Limit in any Window). No header announces it. The request
 // that exceeds it starts a block of that IP for Block: while the block lasts,
-// every request of the IP on the limit's routes gets Cloudflare's 429 with
-// the static JSON body {"code": 0, "message": "You are being blocked from
-// accessing our API temporarily ..."} and no X-RateLimit-* headers, no Via
-// and no Retry-After. Requests refused by a block do not count towards the
-// limit, nor as invalid requests.
+// every request of the IP on the limit's routes (on every route with
+// Everywhere) gets Cloudflare's 429 with the static JSON body {"code": 0,
+// "message": "You are being blocked from accessing our API temporarily ..."}
+// (or Body) and no X-RateLimit-* headers, no Via and no Retry-After. Requests
+// refused by a block do not count towards the limit, nor as invalid
+// requests. With a zero Block there is no block: each request over the
+// limit gets that 429 on its own, and the next one that fits passes.
 //
 // An IP that sends more than BanAfter requests into active blocks of the
 // limit within any Block is banned, as by [WithInvalidRequestLimit], for
@@ -64,13 +71,47 @@ type EdgeLimit struct {
 	// Window is the length of the sliding window before the time scale; it
 	// must be positive.
 	Window time.Duration
-	// Block is how long the IP stays blocked, before the time scale; it
-	// must be positive.
+	// Block is how long the IP stays blocked, before the time scale. Zero
+	// means no block: the limit refuses the requests over it one by one. It
+	// must not be negative.
 	Block time.Duration
 	// BanAfter is how many requests into active blocks within Block an IP
 	// may send before it is banned. Zero means 10; a negative value never
-	// bans.
+	// bans. Without a block, nothing bans.
 	BanAfter int
+	// Everywhere makes a block cover every route of the IP, not only those
+	// of Route: an edge in front of the whole API, which one busy route
+	// sets off.
+	Everywhere bool
+	// Body, when set, is the body of the limit's 429s instead of
+	// Cloudflare's JSON, such as "Too Many Requests".
+	Body string
+	// ContentType is the Content-Type sent with Body; empty means
+	// "text/plain; charset=utf-8". It is ignored without Body.
+	ContentType string
+}
+
+// BareLimit is a limit of Discord's API that no header announces and whose
+// 429s are bare: Retry-After in whole seconds, with Date and Via as on
+// every response of the API, and nothing else, no X-RateLimit-* header and
+// an empty body. Requests of one credential on one major parameter of
+// Route are limited to Limit per Window, a fixed window that opens at the
+// first request; a refusal's Retry-After is the time left in the window,
+// rounded up to whole seconds.
+//
+// The limit applies after the route's bucket, if the route is in the table:
+// a request the bucket refuses does not count on it, and a request it
+// refuses does not count on the bucket. Its 429s count as invalid requests.
+// See [Stats] for which are avoidable.
+type BareLimit struct {
+	// Route is a route template as in [Route]; it must be set.
+	Route string
+	// Limit is the number of requests allowed per Window; it must be
+	// positive.
+	Limit int
+	// Window is the length of the fixed window before the time scale; it
+	// must be positive.
+	Window time.Duration
 }
 
 // defaultEdgeBanAfter is [EdgeLimit].BanAfter when it is zero.
@@ -97,6 +138,8 @@ type config struct {
 	sublimitWindow time.Duration
 	shared         []SharedLimit
 	edge           []EdgeLimit
+	bare           []BareLimit
+	sentArrive     bool
 	invalidLimit   int
 	invalidWindow  time.Duration
 	banDuration    time.Duration
@@ -179,9 +222,9 @@ func WithMaxConcurrency(n int) Option {
 }
 
 // WithTimeScale multiplies every configured window and duration (bucket
-// windows, the global second, the hidden sublimit and shared windows,
-// invalid-request window, ban and the network's delays) by scale, so 0.1 makes a 5 s window
-// last 0.5 s. Headers then report the scaled, real seconds, so a client in
+// windows, the global second, the hidden sublimit, shared, bare and edge
+// windows, edge blocks, invalid-request window, ban and the network's
+// delays) by scale, so 0.1 makes a 5 s window last 0.5 s. Headers then report the scaled, real seconds, so a client in
 // real time behaves correctly. Zero or less is ignored; the default is 1.
 // The clock skew of [WithClockSkew] is not scaled.
 func WithTimeScale(scale float64) Option {
@@ -255,6 +298,21 @@ func WithSharedLimit(l SharedLimit) Option {
 // [EdgeLimit]. There is none by default.
 func WithEdgeLimit(l EdgeLimit) Option {
 	return optionFunc(func(c *config) { c.edge = append(c.edge, l) })
+}
+
+// WithBareLimit adds a limit whose 429s carry only Retry-After; see
+// [BareLimit]. There is none by default.
+func WithBareLimit(l BareLimit) Option {
+	return optionFunc(func(c *config) { c.bare = append(c.bare, l) })
+}
+
+// WithSentRequestsArrive makes a request whose client gives up while it is
+// on its way up (the Up leg of the [Network]) arrive and count all the
+// same, as a request already sent reaches Discord whatever its client does
+// next; its response is then written to no one (see [Stats].Lost). By
+// default such a request never arrives, as if it had not left.
+func WithSentRequestsArrive() Option {
+	return optionFunc(func(c *config) { c.sentArrive = true })
 }
 
 // WithInvalidRequestLimit sets how many invalid requests (401, 403, 429

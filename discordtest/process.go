@@ -30,9 +30,10 @@ const defaultPropagation = 5 * time.Millisecond
 // maxPropagation is the longest allowance [WithPropagation] accepts.
 const maxPropagation = time.Second
 
-// maxProcesses bounds the processes remembered per thing a client can be
-// told, such as a bucket's headers; the first to be told are kept.
-const maxProcesses = 64
+// maxTold bounds the responses remembered per thing a client can be told,
+// such as a bucket's headers; beyond it, new ones are not recorded, which
+// only leaves more 429s unavoidable.
+const maxTold = 256
 
 // process identifies one process of a client: its IP and the name it gave in
 // [ProcessHeader], "" for the unnamed process of that IP.
@@ -41,9 +42,13 @@ type process struct {
 }
 
 // reached is a response that reached one process: when, and which process.
+// Until the response is written, at is when it is due; a response whose
+// client gave up before it was written reached no one and tells nothing.
 type reached struct {
-	at time.Time
-	by process
+	at      time.Time
+	by      process
+	written bool // the response was written at at
+	lost    bool // the client went away before the response was written
 }
 
 // knew reports whether q was sent late enough after r reached its process
@@ -51,6 +56,9 @@ type reached struct {
 // when q comes from that process, at least the propagation allowance when it
 // comes from another.
 func (s *Server) knew(r reached, q *request) bool {
+	if r.lost {
+		return false
+	}
 	wait := s.cfg.propagation
 	if r.by == q.process {
 		wait = reaction
@@ -60,43 +68,87 @@ func (s *Server) knew(r reached, q *request) bool {
 
 // onWrite moves r to the moment res is written, when that is later than
 // planned: what a response says counts from then, not from the planned end of
-// the way down (a sleep can overrun it). r must be guarded by the server's
-// mutex.
+// the way down (a sleep can overrun it). When the response is never written,
+// because its client went away first, r is marked lost. r must be guarded by
+// the server's mutex.
 func onWrite(res *result, r *reached) {
-	res.delivered = append(res.delivered, func(t time.Time) {
+	res.told = append(res.told, r)
+}
+
+// written records that the responses told were written at t.
+func written(told []*reached, t time.Time) {
+	for _, r := range told {
 		if t.After(r.at) {
 			r.at = t
 		}
-	})
+		r.written = true
+	}
+}
+
+// lost records that the responses told were written to no one.
+func lost(told []*reached) {
+	for _, r := range told {
+		r.lost = true
+	}
 }
 
 // firstReached holds, for one thing a client can be told (a bucket's
 // headers, a claim's 429), the earliest response that told it to each
-// process.
+// process, with the earlier ones still on their way, any of which may yet
+// be lost.
 type firstReached []*reached
 
-// add records that res is to reach process by at the planned time at, when
-// it is the earliest response that tells by. Beyond maxProcesses processes,
-// new ones are not recorded: judging them by what the others were told only
-// leaves more 429s unavoidable.
+// add records that res is to reach process by at the planned time at,
+// unless a response already written told by no later. Lost responses, and
+// responses to a process later than one written to it, are dropped.
 func (f *firstReached) add(res *result, by process, at time.Time) {
-	for i, r := range *f {
-		if r.by != by {
-			continue
+	f.prune()
+	for _, r := range *f {
+		if r.by == by && r.written && !r.at.After(at) {
+			return
 		}
-		if at.Before(r.at) {
-			// A new record: the one replaced is still moved by its own write.
-			earlier := &reached{at: at, by: by}
-			(*f)[i] = earlier
-			onWrite(res, earlier)
-		}
-		return
 	}
-	if len(*f) < maxProcesses {
+	if len(*f) < maxTold {
 		r := &reached{at: at, by: by}
 		*f = append(*f, r)
 		onWrite(res, r)
 	}
+}
+
+// prune drops the records that tell nothing more: lost responses, and those
+// to a process no earlier than a response written to it.
+func (f *firstReached) prune() {
+	old := *f
+	var kept firstReached
+	for i, r := range old {
+		if r.lost || old.superseded(i) {
+			if kept == nil {
+				kept = append(make(firstReached, 0, len(old)), old[:i]...)
+			}
+			continue
+		}
+		if kept != nil {
+			kept = append(kept, r)
+		}
+	}
+	if kept != nil {
+		*f = kept
+	}
+}
+
+// superseded reports whether a written response to the process of f[i]
+// reached it before f[i] did, or at the same time and is listed first.
+func (f firstReached) superseded(i int) bool {
+	r := f[i]
+	for j, w := range f {
+		if j == i || !w.written || w.lost || w.by != r.by {
+			continue
+		}
+		if w.at.Before(r.at) || (w.at.Equal(r.at) && j < i) {
+			return true
+		}
+	}
+	return false
 }
 
 // knewAny reports whether q's process knew what f records when q was sent.

@@ -29,7 +29,7 @@ func (s *Server) respond(w http.ResponseWriter, q *request, res result) {
 	date := res.decided.Add(s.cfg.skew).UTC().Format(http.TimeFormat)
 	if res.banned || res.edge {
 		// Cloudflare's answers: no rate-limit headers, no Via.
-		contentType, body := "application/json", edgeBlockBody
+		contentType, body := res.edgeBody.body()
 		if res.banned {
 			contentType, body = "text/html; charset=UTF-8", banPage
 		}
@@ -41,6 +41,12 @@ func (s *Server) respond(w http.ResponseWriter, q *request, res result) {
 	}
 	h.Set("Date", date)
 	h.Set("Via", "1.1 google")
+	if res.bare {
+		// Retry-After and nothing else: no rate-limit headers, no body.
+		h.Set("Retry-After", retryAfterHeader(res.retry))
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
 	if b := res.headers; b != nil {
 		h.Set("X-RateLimit-Bucket", b.hash)
 		h.Set("X-RateLimit-Limit", strconv.Itoa(b.limit))

@@ -41,8 +41,9 @@ const shutdownTimeout = 5 * time.Second
 type Server struct {
 	// mu guards the tables (buckets, routes, globalLimit, maxConcurrency,
 	// tokens, deleted resources), the counters, delivered, claimTold,
-	// renameTold, edgeBlocks, bans, the snowflake sequence, lastSweep and
-	// stats.
+	// renameTold, waitTold, edgeBlocks, bans, the snowflake sequence,
+	// logSeq, lastSweep, stats and what the responses in flight will have
+	// told (reached records).
 	mu              sync.Mutex
 	buckets         map[string]Bucket
 	routes          []route
@@ -55,10 +56,12 @@ type Server struct {
 	counters        map[counterKey]counter
 	delivered       map[deliveredKey]firstReached // when a bucket's headers first reached each process of a credential
 	claimTold       map[counterKey]firstReached   // when a 429 of a bucket with a Claim first reached each process of a credential
-	renameTold      map[renameKey][]*renameTold   // sublimit 429s sent per credential and channel
+	renameTold      map[renameKey][]*waitTold     // sublimit 429s sent per credential and channel
+	waitTold        map[counterKey][]*waitTold    // 429s of overstated buckets and bare limits, per counter
 	edgeBlocks      map[edgeKey]*edgeEpisode      // blocks by edge limits, per client IP
 	bans            map[string]time.Time          // client IP -> end of its ban
 	seq             int64                         // snowflake sequence
+	logSeq          int                           // log entries ever appended, across ResetStats
 	lastSweep       time.Time
 	stats           statsState
 
@@ -66,6 +69,7 @@ type Server struct {
 	cfg       config
 	shared    []sharedLimit
 	edge      []edgeLimit
+	bare      []bareLimit
 	now       func() time.Time
 	delays    *delays
 	credKey   []byte // HMAC key for credential IDs
@@ -134,20 +138,13 @@ func newServer(opts []Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discordtest: %w", err)
 	}
-	shared := make([]sharedLimit, 0, len(cfg.shared))
-	for _, sh := range cfg.shared {
-		if sh.Limit <= 0 || sh.Window <= 0 || sh.Resource == "" {
-			return nil, fmt.Errorf("discordtest: shared limit on %q: need a resource, a positive limit and window", sh.Resource)
-		}
-		l := sharedLimit{SharedLimit: sh}
-		if sh.Route != "" {
-			t, err := parseTemplate(sh.Route)
-			if err != nil {
-				return nil, fmt.Errorf("discordtest: shared limit: %w", err)
-			}
-			l.tmpl = &t
-		}
-		shared = append(shared, l)
+	shared, err := newSharedLimits(cfg.shared)
+	if err != nil {
+		return nil, err
+	}
+	bare, err := newBareLimits(cfg.bare)
+	if err != nil {
+		return nil, fmt.Errorf("discordtest: %w", err)
 	}
 	edge, err := newEdgeLimits(cfg.edge)
 	if err != nil {
@@ -177,12 +174,14 @@ func newServer(opts []Option) (*Server, error) {
 		counters:        make(map[counterKey]counter),
 		delivered:       make(map[deliveredKey]firstReached),
 		claimTold:       make(map[counterKey]firstReached),
-		renameTold:      make(map[renameKey][]*renameTold),
+		renameTold:      make(map[renameKey][]*waitTold),
+		waitTold:        make(map[counterKey][]*waitTold),
 		edgeBlocks:      make(map[edgeKey]*edgeEpisode),
 		bans:            make(map[string]time.Time),
 		cfg:             cfg,
 		shared:          shared,
 		edge:            edge,
+		bare:            bare,
 		now:             cfg.now,
 		credKey:         key,
 		done:            make(chan struct{}),
@@ -194,10 +193,77 @@ func newServer(opts []Option) (*Server, error) {
 	return s, nil
 }
 
-// sharedLimit is a SharedLimit with its route template parsed.
+// sharedLimit is a SharedLimit with its route template and resource parsed.
 type sharedLimit struct {
 	SharedLimit
-	tmpl *template // nil matches every route
+	tmpl     *template // nil matches every route
+	resource []segment
+}
+
+// newSharedLimits checks and parses the shared limits.
+func newSharedLimits(ls []SharedLimit) ([]sharedLimit, error) {
+	out := make([]sharedLimit, 0, len(ls))
+	for _, sh := range ls {
+		if sh.Limit <= 0 || sh.Window <= 0 || sh.Resource == "" {
+			return nil, fmt.Errorf("discordtest: shared limit on %q: need a resource, a positive limit and window", sh.Resource)
+		}
+		l := sharedLimit{SharedLimit: sh}
+		for _, p := range strings.Split(strings.Trim(sh.Resource, "/"), "/") {
+			switch {
+			case p == "" || (strings.ContainsAny(p, "{}") && (len(p) < 3 || p[0] != '{' || p[len(p)-1] != '}')):
+				return nil, fmt.Errorf("discordtest: shared limit: bad resource %q", sh.Resource)
+			case p[0] == '{':
+				l.resource = append(l.resource, segment{wild: true})
+			default:
+				l.resource = append(l.resource, segment{literal: p})
+			}
+		}
+		if sh.Route != "" {
+			t, err := parseTemplate(sh.Route)
+			if err != nil {
+				return nil, fmt.Errorf("discordtest: shared limit: %w", err)
+			}
+			l.tmpl = &t
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// match returns the resource of q the limit covers, such as
+// "channels/1/messages/2", or "" when it covers none.
+func (l *sharedLimit) match(q *request) string {
+	if len(q.segs) < len(l.resource) || (l.tmpl != nil && !l.tmpl.match(q.method, q.segs)) {
+		return ""
+	}
+	for i, seg := range l.resource {
+		if q.segs[i] == "" || (!seg.wild && seg.literal != q.segs[i]) {
+			return ""
+		}
+	}
+	return strings.Join(q.segs[:len(l.resource)], "/")
+}
+
+// bareLimit is a BareLimit with its route template parsed.
+type bareLimit struct {
+	BareLimit
+	tmpl template
+}
+
+// newBareLimits checks and parses the bare limits.
+func newBareLimits(ls []BareLimit) ([]bareLimit, error) {
+	out := make([]bareLimit, 0, len(ls))
+	for _, l := range ls {
+		if l.Route == "" || l.Limit <= 0 || l.Window <= 0 {
+			return nil, fmt.Errorf("bare limit on %q: need a route, a positive limit and window", l.Route)
+		}
+		t, err := parseTemplate(l.Route)
+		if err != nil {
+			return nil, fmt.Errorf("bare limit: %w", err)
+		}
+		out = append(out, bareLimit{BareLimit: l, tmpl: t})
+	}
+	return out, nil
 }
 
 // loopbackAddr checks that addr is a loopback address and returns it with
@@ -291,26 +357,37 @@ func (s *Server) credentialID(q *request) string {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sent := s.now()
 	up, down := s.delays.draw()
-	if !s.sleep(r.Context(), up) {
+	q := readRequest(r, sent)
+	upCtx := r.Context()
+	if s.cfg.sentArrive {
+		// Already on the wire: the client giving up does not stop it.
+		upCtx = context.WithoutCancel(upCtx)
+	}
+	if !s.sleep(upCtx, up) {
 		return
 	}
-	q := readRequest(r, sent)
 	res := s.decide(q, down)
 	if !s.sleep(r.Context(), down) {
+		// The client went away: the response reaches no one.
+		s.mu.Lock()
+		lost(res.told)
+		s.markLog(res.entry, func(e *LogEntry) { e.Lost = true })
+		s.stats.lost++
+		s.mu.Unlock()
 		return
 	}
 	s.respond(w, q, res)
-	if len(res.delivered) > 0 {
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-		s.mu.Lock()
-		at := s.now()
-		for _, f := range res.delivered {
-			f(at)
-		}
-		s.mu.Unlock()
+	if len(res.told) == 0 && res.entry < 0 {
+		return
 	}
+	if f, ok := w.(http.Flusher); ok && len(res.told) > 0 {
+		f.Flush()
+	}
+	s.mu.Lock()
+	at := s.now()
+	written(res.told, at)
+	s.markLog(res.entry, func(e *LogEntry) { e.Reached = at })
+	s.mu.Unlock()
 }
 
 // sleep waits for d. It returns false when the client went away, and stops
@@ -360,6 +437,11 @@ func (s *Server) SetBucket(b Bucket) error {
 	for k := range s.claimTold {
 		if k.hash == b.Hash {
 			delete(s.claimTold, k)
+		}
+	}
+	for k := range s.waitTold {
+		if k.kind == kindBucket && k.hash == b.Hash {
+			delete(s.waitTold, k)
 		}
 	}
 	return nil
@@ -418,6 +500,7 @@ func (s *Server) ResetLimits() {
 	clear(s.delivered)
 	clear(s.claimTold)
 	clear(s.renameTold)
+	clear(s.waitTold)
 	clear(s.edgeBlocks)
 	clear(s.bans)
 }

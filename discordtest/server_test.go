@@ -544,7 +544,8 @@ func TestAvoidableStats(t *testing.T) {
 	if len(st.Log) == 13 {
 		e := st.Log[5]
 		want := LogEntry{Time: startTime().Add(time.Millisecond), Method: "POST", Route: "POST /channels/{channel_id}/messages", Bucket: hashMessageCreate,
-			Major: "channels/1", Credential: h.srv.CredentialID(botA), Status: 429, Scope: ScopeUser, Avoidable: true}
+			Major: "channels/1", Credential: h.srv.CredentialID(botA), Status: 429, Scope: ScopeUser, Avoidable: true,
+			RetryAfter: 999 * time.Millisecond, Reached: startTime().Add(time.Millisecond)}
 		if e != want {
 			t.Errorf("log[5] = %+v; want %+v", e, want)
 		}

@@ -22,11 +22,12 @@ import (
 // client (5 ms by default, see [WithPropagation]; the client is the
 // credential, or for an edge limit the client IP, whatever the token). A
 // request sent sooner was already on its way: that response does not make
-// its 429 avoidable.
+// its 429 avoidable. A response whose client went away before it was written
+// (see Lost) reached no one and told nothing.
 //   - every 429 with scope global is avoidable, since a client can keep its
 //     credential under the global limit;
 //   - a 429 with scope user from a bucket is, unless the bucket makes a
-//     [Claim], avoidable when it was sent knowing a response of the same
+//     [Claim] or overstates its limit, avoidable when it was sent knowing a response of the same
 //     route carrying that bucket's headers to the same credential (for any
 //     major parameter), and no live change of the bucket's limit has happened
 //     since that response. A request sent before knowing any such response,
@@ -38,6 +39,17 @@ import (
 //     was sent knowing an earlier 429 of the same bucket and major parameter
 //     to the same credential: its headers mislead, so the first 429 is
 //     unavoidable, but a client must not repeat one it was told about;
+//   - a 429 with scope user from a bucket whose headers overstate its limit
+//     ([Bucket].Announced above Limit) is avoidable when it was sent knowing
+//     an earlier such 429 of the same bucket and major parameter to the same
+//     credential and before that 429's retry_after had run out (counted from
+//     when the emulator decided it): the headers said there was room, so
+//     only a 429 repeated within the wait it named is the client's fault;
+//   - a bare 429 ([BareLimit]) is avoidable when it was sent knowing an
+//     earlier bare 429 of the same limit and major parameter to the same
+//     credential and before the wait that 429's Retry-After named had run
+//     out (counted from when the emulator decided it); otherwise, as no
+//     header announces the limit, it is unavoidable;
 //   - a 429 from the hidden sublimit is avoidable when the rename was sent
 //     knowing an earlier sublimit 429 for the same channel to the same
 //     credential and before that 429's retry_after had run out (counted from
@@ -56,11 +68,19 @@ import (
 //     an episode, and requests sent before knowing any block response, are
 //     unavoidable. Of two requests in flight into a block at once, the one
 //     that reached the emulator second is judged against the first, not the
-//     other way round.
+//     other way round. The rule is the same whatever the body of the block
+//     responses, and with [EdgeLimit].Everywhere it judges requests on every
+//     route;
+//   - a refusal of an [EdgeLimit] without a block is judged by the same
+//     rule, the episode being the refusals of the limit to the IP, each
+//     less than a second (times the time scale) after the one before
+//     reached the client: after a refusal, a client should hold back the
+//     IP's requests for a second, then probe.
 //
 // Cloudflare bans are counted in BannedResponses and in ByStatus, not as
 // avoidable or unavoidable 429s. Edge blocks are counted in EdgeBlocks, in
-// ByStatus and as avoidable or unavoidable 429s, but have no scope.
+// ByStatus and as avoidable or unavoidable 429s, but have no scope; so are
+// bare 429s, in Bare.
 type Stats struct {
 	// Requests is the number of requests answered.
 	Requests int
@@ -69,8 +89,11 @@ type Stats struct {
 	// ByScope counts 429s by X-RateLimit-Scope: "user", "global", "shared".
 	ByScope map[string]int
 	// EdgeBlocks counts the header-less 429s of edge limits ([EdgeLimit]):
-	// responses to requests from a blocked IP.
+	// responses to requests from a blocked IP, or refused over its rate.
 	EdgeBlocks int
+	// Bare counts the 429s of [BareLimit]s: no rate-limit headers and no
+	// body, only Retry-After.
+	Bare int
 	// Avoidable counts 429s a correct client would not have got.
 	Avoidable int
 	// Unavoidable counts the other 429s with a scope or of an edge limit.
@@ -87,6 +110,10 @@ type Stats struct {
 	// Successes counts 2xx responses per bucket hash and major parameter, for
 	// routes in the bucket table.
 	Successes map[BucketKey]int
+	// Lost counts the responses written to no one: their client went away
+	// before the way down of the [Network] had passed. What they said told
+	// the client nothing.
+	Lost int
 	// Log holds the most recent requests, oldest first, up to the limit set
 	// by [WithLogLimit].
 	Log []LogEntry
@@ -136,6 +163,21 @@ type LogEntry struct {
 	// Renames marks a PATCH /channels/{id} whose body sets name or topic,
 	// which counts against the hidden sublimit ([WithHiddenSublimit]).
 	Renames bool
+	// Bare marks a 429 of a [BareLimit]: no rate-limit headers, no body,
+	// only Retry-After.
+	Bare bool
+	// RetryAfter is the wait a 429 named: its retry_after, or for a bare
+	// 429 its Retry-After. It is zero for other responses, edge blocks and
+	// bans.
+	RetryAfter time.Duration
+	// Reached is when the response reached the client: when it was written,
+	// after the way down of the [Network]. For a response not written yet
+	// when the snapshot was taken it is when it is due, and for a lost one
+	// when it would have been.
+	Reached time.Time
+	// Lost marks a response written to no one: the client went away before
+	// the way down had passed.
+	Lost bool
 }
 
 // statsState accumulates the stats; the server's mutex guards it.
@@ -144,6 +186,8 @@ type statsState struct {
 	byStatus        map[int]int
 	byScope         map[string]int
 	edgeBlocks      int
+	bare            int
+	lost            int
 	avoidable       int
 	unavoidable     int
 	invalid         int
@@ -177,6 +221,13 @@ func (s *Server) record(q *request, res *result) {
 		} else {
 			st.unavoidable++
 		}
+	case res.bare:
+		st.bare++
+		if res.avoidable {
+			st.avoidable++
+		} else {
+			st.unavoidable++
+		}
 	case res.status == http.StatusTooManyRequests:
 		st.byScope[res.scope]++
 		if res.avoidable {
@@ -187,10 +238,13 @@ func (s *Server) record(q *request, res *result) {
 	case res.status < 300 && res.hash != "":
 		st.successes[BucketKey{Hash: res.hash, Major: q.majorSafe}]++
 	}
+	res.entry = -1
 	limit := s.cfg.logLimit
 	if limit <= 0 {
 		return
 	}
+	res.entry = s.logSeq
+	s.logSeq++
 	st.logged++
 	st.log = append(st.log, LogEntry{
 		Time:       res.decided,
@@ -205,9 +259,24 @@ func (s *Server) record(q *request, res *result) {
 		Banned:     res.banned,
 		Edge:       res.edge,
 		Renames:    q.renames,
+		Bare:       res.bare,
+		RetryAfter: res.named(),
+		Reached:    res.reached,
 	})
 	if len(st.log) >= 2*limit {
 		st.log = append([]LogEntry(nil), st.log[len(st.log)-limit:]...)
+	}
+}
+
+// markLog applies f to the log entry numbered entry (counting every entry
+// ever appended, across [Server.ResetStats]), if the log still holds it.
+func (s *Server) markLog(entry int, f func(*LogEntry)) {
+	st := &s.stats
+	if entry < 0 {
+		return
+	}
+	if i := entry - (s.logSeq - len(st.log)); i >= 0 && i < len(st.log) {
+		f(&st.log[i])
 	}
 }
 
@@ -226,6 +295,8 @@ func (s *Server) Stats() Stats {
 		ByStatus:        maps.Clone(st.byStatus),
 		ByScope:         maps.Clone(st.byScope),
 		EdgeBlocks:      st.edgeBlocks,
+		Bare:            st.bare,
+		Lost:            st.lost,
 		Avoidable:       st.avoidable,
 		Unavoidable:     st.unavoidable,
 		Invalid:         st.invalid,

@@ -26,8 +26,14 @@ type Bucket struct {
 	// continuously at Limit per Window, so slots come back one at a time.
 	Fixed bool
 	// Announced, when positive, is the value sent in X-RateLimit-Limit
-	// instead of Limit, to emulate headers that understate the real limit.
-	// X-RateLimit-Remaining is then capped at Announced.
+	// instead of Limit, to emulate headers that misstate the real limit.
+	// When it is below Limit, the headers understate it:
+	// X-RateLimit-Remaining is capped at Announced. When it is above, they
+	// overstate it, as Discord's ban route does: X-RateLimit-Remaining
+	// counts down from Announced (Announced less the requests the window
+	// holds), while Limit per Window is still enforced, with 429s of scope
+	// user whose X-RateLimit-Remaining is 0 and whose retry_after is the real
+	// wait.
 	Announced int
 	// Claim, when its Limit is positive, fixes the X-RateLimit-Limit,
 	// -Remaining and -Reset-After every response of the bucket carries,
@@ -50,6 +56,10 @@ type Claim struct {
 	// is that far in the future, after the time scale.
 	ResetAfter time.Duration
 }
+
+// overstates reports whether the bucket's headers announce a higher limit
+// than it has, and no claim overrides them.
+func (b Bucket) overstates() bool { return !b.Claim.claims() && b.Announced > b.Limit }
 
 // claims reports whether the claim is set.
 func (c Claim) claims() bool { return c.Limit > 0 }

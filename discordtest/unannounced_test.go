@@ -127,7 +127,7 @@ func TestEdgeLimitOption(t *testing.T) {
 	for _, l := range []EdgeLimit{
 		{Limit: 0, Window: time.Second, Block: time.Second},
 		{Limit: 1, Window: 0, Block: time.Second},
-		{Limit: 1, Window: time.Second},
+		{Limit: 1, Window: time.Second, Block: -time.Second},
 		{Route: "users/@me", Limit: 1, Window: time.Second, Block: time.Second},
 	} {
 		if _, err := Start(WithEdgeLimit(l)); err == nil {

@@ -179,6 +179,17 @@ func (e *Env) Rename(ctx context.Context, path string) (int, error) {
 	return send(ctx, e, http.MethodPatch, path, Bot, renameBody(n))
 }
 
+// Call records one call of a scenario that counts its calls, and whether
+// its caller canceled it in flight (see [Env.CancelAfterSend]).
+func (e *Env) Call(canceled bool) {
+	e.rec.mu.Lock()
+	e.rec.calls++
+	if canceled {
+		e.rec.canceled++
+	}
+	e.rec.mu.Unlock()
+}
+
 // Overshoot records how long after its deadline a request returned.
 func (e *Env) Overshoot(d time.Duration) { e.rec.add(d) }
 
@@ -216,6 +227,14 @@ type Scenario struct {
 	// Late, if set, returns for the counted successes how late each one that
 	// waited for a slot arrived after the slot opened.
 	Late func(log []discordtest.LogEntry) []time.Duration
+	// RetryLate, if set, replaces Late: it is given every request of the
+	// run's log, whatever its status, and returns how late each request
+	// that waited for a 429's wait arrived after the wait ran out.
+	RetryLate func(log []discordtest.LogEntry) []time.Duration
+	// LateNote, if set, says what the late columns measure when it is not
+	// how late a request arrived after its slot opened; the table's footer
+	// prints it.
+	LateNote string
 	// Deadline, if positive, is the deadline every request of the
 	// scenario carries; the table reports how late they returned.
 	Deadline time.Duration
@@ -260,7 +279,18 @@ type Result struct {
 	Global       int     `json:"429_global"`
 	Shared       int     `json:"429_shared"`
 	// Edge counts the header-less 429s of Discord's edge (a blocked IP).
-	Edge         int     `json:"429_edge"`
+	Edge int `json:"429_edge"`
+	// Bare counts the 429s that carried only Retry-After: no rate-limit
+	// headers, no scope, no body.
+	Bare int `json:"429_bare,omitempty"`
+	// Lost counts the responses the emulator wrote to no one: their caller
+	// had given up while they were on their way down.
+	Lost int `json:"responses_lost,omitempty"`
+	// Calls counts the calls of a scenario that records them, and Canceled
+	// how many of those its caller canceled after the request left and
+	// before the response came.
+	Calls        int     `json:"calls,omitempty"`
+	Canceled     int     `json:"canceled_in_flight,omitempty"`
 	Unauthorized int     `json:"401"`
 	Bans         int     `json:"bans"`
 	Banned       int     `json:"banned_responses"`
@@ -611,6 +641,10 @@ type WorkerReport struct {
 	// limiter refused as the scenario expects.
 	Errors  int `json:"errors"`
 	Refused int `json:"refused,omitempty"`
+	// Calls and Canceled count the calls the scenario recorded and those
+	// canceled in flight ([Env.Call]).
+	Calls    int `json:"calls,omitempty"`
+	Canceled int `json:"canceled,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
 }
@@ -628,7 +662,8 @@ func RunWorker(ctx context.Context, run string, sc Scenario, lim Limiter, url st
 func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.Duration, st discordtest.Stats, rec *recorder) Result {
 	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
 		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
-		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Unauthorized: st.ByStatus[401], Bans: st.Bans,
+		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Bare: st.Bare, Lost: st.Lost,
+		Unauthorized: st.ByStatus[401], Bans: st.Bans,
 		Banned: st.BannedResponses, All2xx: all2xx(st.ByStatus)}
 	end := start.Add(d)
 	var counted []discordtest.LogEntry
@@ -659,7 +694,18 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 			r.Utilization = float64(r.Successes) / m
 		}
 	}
-	if sc.Late != nil {
+	switch {
+	case sc.RetryLate != nil:
+		var log []discordtest.LogEntry
+		for _, e := range st.Log {
+			if !e.Time.After(end) {
+				log = append(log, e)
+			}
+		}
+		r.late = sc.RetryLate(log)
+		r.LateN = len(r.late)
+		r.LateP50, r.LateP99 = percentileMS(r.late, 0.50), percentileMS(r.late, 0.99)
+	case sc.Late != nil:
 		r.late = sc.Late(counted)
 		r.LateN = len(r.late)
 		r.LateP50, r.LateP99 = percentileMS(r.late, 0.50), percentileMS(r.late, 0.99)
@@ -677,6 +723,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 		r.WaitP50, r.WaitP99 = percentileMS(r.waits, 0.50), percentileMS(r.waits, 0.99)
 	}
 	r.Errors, r.Refused = rec.errors, rec.refused
+	r.Calls, r.Canceled = rec.calls, rec.canceled
 	r.Overtaken = rec.order.count() + rec.overtaken
 	if rec.counted {
 		r.StoreCommands = rec.commands
@@ -706,6 +753,8 @@ type recorder struct {
 	waits    []time.Duration
 	errors   int
 	refused  int
+	calls    int
+	canceled int
 	commands int64
 	counted  bool
 	// overtaken adds up the overtaken renames of worker processes; order
@@ -722,6 +771,8 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.waits = append(r.waits, rep.Waits...)
 	r.errors += rep.Errors
 	r.refused += rep.Refused
+	r.calls += rep.Calls
+	r.canceled += rep.Canceled
 	r.overtaken += rep.Overtaken
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
@@ -732,7 +783,8 @@ func (r *recorder) report() WorkerReport {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
-		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Overtaken: r.order.count() + r.overtaken}
+		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Calls: r.calls, Canceled: r.canceled,
+		Overtaken: r.order.count() + r.overtaken}
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -817,6 +869,10 @@ func (w *Row) aggregate() {
 		a.Global += r.Global
 		a.Shared += r.Shared
 		a.Edge += r.Edge
+		a.Bare += r.Bare
+		a.Lost += r.Lost
+		a.Calls += r.Calls
+		a.Canceled += r.Canceled
 		a.Unauthorized += r.Unauthorized
 		a.Bans += r.Bans
 		a.Banned += r.Banned

@@ -322,9 +322,9 @@ func TestEdgeBlockCanBePassed(t *testing.T) {
 func TestScenarioSets(t *testing.T) {
 	t.Parallel()
 	n := discordtest.LANNetwork()
-	def, un := names(Scenarios(n)), names(Unannounced(n))
+	def, un, th := names(Scenarios(n)), names(Unannounced(n)), names(Throughput(n))
 	seen := map[string]bool{}
-	for _, name := range append(append([]string(nil), def...), un...) {
+	for _, name := range append(append(append([]string(nil), def...), un...), th...) {
 		if seen[name] {
 			t.Errorf("scenario %q is listed twice", name)
 		}
@@ -337,8 +337,10 @@ func TestScenarioSets(t *testing.T) {
 		{"", def},
 		{SetDefault, def},
 		{SetUnannounced, un},
-		{SetAll, append(append([]string(nil), def...), un...)},
+		{SetThroughput, th},
+		{SetAll, append(append(append([]string(nil), def...), un...), th...)},
 		{"saturate, edge-block", []string{"saturate", "edge-block"}},
+		{"retry-after,probe-sliding", []string{"retry-after", "probe-sliding"}},
 	} {
 		scs, err := pick(n, c.list)
 		if err != nil {

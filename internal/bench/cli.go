@@ -45,7 +45,8 @@ func policy(cfg ClientConfig) store.Policy {
 //
 // -scenario takes scenario names and the sets "default" (the suite of
 // [Scenarios], run when -scenario is not given), "unannounced" (the limits
-// no header announces, [Unannounced]) and "all".
+// no header announces, [Unannounced]), "throughput" (answers that leave a
+// client to find the most it may send, [Throughput]) and "all".
 //
 // -latency picks the emulator's network profile ([discordtest.NetworkProfile]),
 // -repeat runs every scenario and limiter several times: each row then
@@ -70,7 +71,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	fs.SetOutput(stderr)
 	var (
 		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block: at least 10s)")
-		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetAll)
+		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetThroughput+" (answers that leave the client to find the most it may send), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
 		workers   = fs.Int("workers", 0, "run `N` workers in this process instead of -procs processes, each with its own clients and store (meant for -redis), each running up to -goroutines goroutines of every load group")
 		perWorker = fs.Int("goroutines", 4, "with -workers, the most goroutines a worker runs per load group (`G`)")
@@ -89,9 +90,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
+		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
 			SetDefault, strings.Join(names(Scenarios(discordtest.Network{})), ", "),
-			SetUnannounced, strings.Join(names(Unannounced(discordtest.Network{})), ", "))
+			SetUnannounced, strings.Join(names(Unannounced(discordtest.Network{})), ", "),
+			SetThroughput, strings.Join(names(Throughput(discordtest.Network{})), ", "))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -218,8 +220,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		fmt.Fprintf(stdout, "\n%d runs in %.1fs, latency %s (%s); utilization = successful requests / the most the emulator's limits allow,\nboth from the first counted success's arrival to the end of the run.",
 			len(rs), time.Since(start).Seconds(), *latency, describe(network))
 		for _, sc := range scs {
-			if sc.Deadline > 0 {
+			switch {
+			case sc.Deadline > 0 && sc.Deadline == DeadlineFor(network):
 				fmt.Fprintf(stdout, " %s: every request carries a %v deadline (50 ms + the longest round trip).", sc.Name, sc.Deadline)
+			case sc.Deadline > 0:
+				fmt.Fprintf(stdout, " %s: every request carries a %v deadline.", sc.Name, sc.Deadline)
+			}
+			if sc.LateNote != "" {
+				fmt.Fprintf(stdout, " %s: the late columns show %s.", sc.Name, sc.LateNote)
 			}
 			if sc.WaitNote != "" {
 				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
@@ -233,6 +241,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			if sc, ok := findScenario(scs, r.Scenario); ok && sc.Renames {
 				fmt.Fprintf(stdout, "\n%s/%s: %d renames sent to Discord while a rename issued earlier (by 1 ms or more, same process) still waited.",
 					r.Scenario, r.Limiter, r.Overtaken)
+			}
+			if r.Bare > 0 {
+				fmt.Fprintf(stdout, "\n%s/%s: %d bare 429s (Retry-After only: no rate-limit headers, no scope, no body), counted as avoidable or unavoidable, not by scope.",
+					r.Scenario, r.Limiter, r.Bare)
+			}
+			if r.Calls > 0 {
+				fmt.Fprintf(stdout, "\n%s/%s: %d of %d calls (%.1f%%) canceled in flight, %v after leaving; the emulator wrote %d responses to no one.",
+					r.Scenario, r.Limiter, r.Canceled, r.Calls, 100*float64(r.Canceled)/float64(r.Calls), cancelAfter, r.Lost)
 			}
 			if r.Refused > 0 {
 				fmt.Fprintf(stdout, "\n%s/%s: %d requests refused at once by the limiter, as the scenario expects (%.0f/s).",
@@ -358,11 +374,11 @@ func names(scs []Scenario) []string {
 }
 
 // pick returns the scenarios for network n that list names: scenario names
-// and the sets SetDefault (also the empty list), SetUnannounced and SetAll,
-// separated by commas.
+// and the sets SetDefault (also the empty list), SetUnannounced,
+// SetThroughput and SetAll, separated by commas.
 func pick(n discordtest.Network, list string) ([]Scenario, error) {
-	def, un := Scenarios(n), Unannounced(n)
-	all := append(append([]Scenario(nil), def...), un...)
+	def, un, th := Scenarios(n), Unannounced(n), Throughput(n)
+	all := append(append(append([]Scenario(nil), def...), un...), th...)
 	if list == "" {
 		return def, nil
 	}
@@ -373,6 +389,8 @@ func pick(n discordtest.Network, list string) ([]Scenario, error) {
 			out = append(out, def...)
 		case SetUnannounced:
 			out = append(out, un...)
+		case SetThroughput:
+			out = append(out, th...)
 		case SetAll:
 			out = append(out, all...)
 		default:
@@ -384,7 +402,7 @@ func pick(n discordtest.Network, list string) ([]Scenario, error) {
 				}
 			}
 			if !found {
-				return nil, fmt.Errorf("unknown scenario %q (have %s, %s, %s, %s)", name, strings.Join(names(all), ", "), SetDefault, SetUnannounced, SetAll)
+				return nil, fmt.Errorf("unknown scenario %q (have %s, %s, %s, %s, %s)", name, strings.Join(names(all), ", "), SetDefault, SetUnannounced, SetThroughput, SetAll)
 			}
 		}
 	}
