@@ -16,7 +16,10 @@
 //     bucket, the credential's global limit, or a pause ordered by a 429
 //     says so, and failing fast with a [*RateLimitError] when the wait would
 //     pass the request's deadline or [WithMaxWait];
-//  3. sends the request through the wrapped transport;
+//  3. sends the request through the wrapped transport, unless its deadline
+//     now leaves less than the transport's smoothed round trip: its slot
+//     then goes back, and it fails with [context.DeadlineExceeded] rather
+//     than be counted by Discord and cancelled on its way;
 //  4. reports the response's rate-limit headers and 429 body to the store;
 //  5. sends a 429 again through a new claim, which waits exactly as long as
 //     Discord asked, and retries 5xx responses and network errors of

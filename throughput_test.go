@@ -287,3 +287,33 @@ func TestShared429HoldsOnlyItsResource(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadlineShorterThanTheRoundTripIsNotSent: a request whose deadline
+// leaves less than the round trip the transport has measured is not sent
+// (it would be cancelled on its way, after Discord counted it): it fails
+// with context.DeadlineExceeded, and its slot goes to the next request.
+func TestDeadlineShorterThanTheRoundTripIsNotSent(t *testing.T) {
+	f := newFakeDiscord()
+	f.delay = 100 * time.Millisecond
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 1, time.Minute, false))
+	mock.RegisterRegexpResponder("GET", channelRE, f.plain(200, `{}`))
+	c, _ := newClient(t, mock)
+	// A round trip of 100 ms, measured.
+	okResp(t)(do(t, c, "GET", api+"/channels/1", "Bot a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	var rl *ratecord.RateLimitError
+	if !errors.As(err, &rl) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("request with 50ms left of a 100ms round trip: %v; want a RateLimitError matching context.DeadlineExceeded", err)
+	}
+	if sent, _, _ := f.stats(); len(sent) != 1 {
+		t.Fatalf("server saw %d requests; want 1 (the short-deadline one not sent)", len(sent))
+	}
+	// Its slot, the bucket's only one, was given back.
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	mustOK(t, resp, err)
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -28,6 +29,12 @@ type Transport struct {
 	cfg       config
 	log       *slog.Logger
 	tel       *telemetry
+
+	// rtt is the smoothed round trip of the base transport, in
+	// nanoseconds: from a request's handing over to its response's
+	// headers, seven eighths of the value before and one of the new, as
+	// TCP smooths its round trip. 0 until a response came.
+	rtt atomic.Int64
 
 	det       *detector // nil unless WithGlobalLimitDetection
 	ctx       context.Context
@@ -181,15 +188,25 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed again; sending on it (the store answers slower than half the global hold)",
 				slog.String("route", key.route), slog.String("bucket", bucket), slog.Int("lapses", lapses))
 		}
+		if t.tooLate(ctx) {
+			// Sent now, the request would most likely be cancelled on
+			// its way, after Discord counted it: its slot goes to a
+			// request that can use it.
+			permit.Recycle() // cancels it
+			closeBody(req)
+			return nil, t.giveUp(&tel, key, &store.WaitError{Bucket: bucket, Err: context.DeadlineExceeded}, attempt)
+		}
 		out, err := t.prepare(req, attempt)
 		if err != nil {
 			permit.Recycle() // cancels it
 			closeBody(req)
 			return nil, err
 		}
+		sentAt := t.cfg.clock.Now()
 		resp, err := t.base.RoundTrip(tel.outgoing(out))
 		var lim limits
 		if err == nil {
+			t.observeRTT(t.cfg.clock.Now().Sub(sentAt))
 			lim, err = t.readLimits(resp, key) // an error: the body broke off
 			if err == nil {
 				tel.responded(lim.bucket)
@@ -232,6 +249,34 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		e.Kind = EventRetrying
 		t.event(&tel, e)
 	}
+}
+
+// observeRTT folds the round trip d of one request into the smoothed
+// round trip. Concurrent responses may each fold into the same value: the
+// estimate stays an estimate.
+func (t *Transport) observeRTT(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	old := t.rtt.Load()
+	if old == 0 {
+		t.rtt.Store(int64(d))
+		return
+	}
+	t.rtt.Store(old + (int64(d)-old)/8)
+}
+
+// tooLate reports whether the deadline of ctx leaves less than the
+// smoothed round trip: a request sent now would likely be cancelled before
+// its response came, yet count at Discord (see [WithRequestMaxWait] for
+// how deadlines are treated while waiting).
+func (t *Transport) tooLate(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	rtt := time.Duration(t.rtt.Load())
+	return rtt > 0 && dl.Sub(t.cfg.clock.Now()) < rtt
 }
 
 // decision is what the outcome of one attempt calls for, in the manner of
