@@ -62,8 +62,12 @@
 // blocks on two routes, hold every route. Nothing is resent in a loop. A
 // block also says the route went past a limit, so once it ends the route
 // is paced: each process lets out at most three quarters of what passed
-// for it in the second before the block, one request at a time, halving
-// that rate if a block comes again, for ten minutes.
+// for it in the second before the block, one request at a time, for ten
+// minutes. Like TCP's congestion control, the pace probes upward, one
+// request more per second after each 5 s it ran clean while holding
+// requests back; a block after a raise sets it back to the rate that ran
+// clean and doubles the time to the next raise, one at a rate that had run
+// clean halves it.
 //
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained, and whose own headers still

@@ -551,7 +551,15 @@ func (g *Gates) block(route string, u *store.Update, probed []string, id string)
 	strike := fresh || probeBlocked
 	if strike {
 		gt.strikes++
-		g.learn(key, now)
+		// The pace falls on the route that went past the limit, even when
+		// the block holds every route (a body that is not JSON, a ban
+		// page): its requests are what the edge counted; blocks on several
+		// routes pace the store.
+		paced := key
+		if u.Ban && route != "" {
+			paced = route
+		}
+		g.learn(paced, now)
 	}
 	pause := max(g.pause(max(gt.strikes, 1)), u.RetryAfter)
 	gt.until = later(gt.until, now.Add(pause))

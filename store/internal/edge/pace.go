@@ -24,9 +24,18 @@ import (
 // that rose is found again, at the cost of at most one block per
 // PaceMemory. A process that had nothing pass in the window before a block
 // learns no pace from it.
+//
+// Like TCP's congestion control, a pace probes upward: after RaiseAfter
+// without a block, during which the pace held requests back, it lets one
+// request more per PaceWindow. A block after a raise sets the pace back to
+// the rate that ran clean before it, and doubles the time before the next
+// raise (up to PaceMemory), so that the edge is found within a request or
+// two per PaceWindow at the cost of a block now and then, rarer and rarer;
+// only a block at a rate that had run clean halves it.
 const (
 	PaceWindow = time.Second
 	PaceMemory = 10 * time.Minute
+	RaiseAfter = 5 * PaceWindow
 )
 
 // slotWidth is the width of the slots in which passes are counted; slots
@@ -125,6 +134,28 @@ type pace struct {
 	next  time.Time     // the next may go then
 	until time.Time     // forgotten then
 	tried bool          // a request other than a block's probe went out under it
+
+	// Probing upward: good is the pace before the last raise (0: none
+	// since the block), set is when every was set, raiseAfter how long it
+	// must run clean, and held whether it held a request back since.
+	good       time.Duration
+	set        time.Time
+	raiseAfter time.Duration
+	held       bool
+}
+
+// raise lets one request more per PaceWindow through p, when it ran clean
+// for its raiseAfter while holding requests back; now is the time.
+func (p *pace) raise(now time.Time) {
+	if !p.held || now.Sub(p.set) < p.raiseAfter {
+		return
+	}
+	n := int64((PaceWindow + p.every/2) / p.every) // requests per window now, rounded
+	every := (PaceWindow/time.Duration(n+1) + time.Millisecond - 1).Truncate(time.Millisecond)
+	if every >= p.every {
+		return
+	}
+	p.good, p.every, p.set, p.held = p.every, every, now, false
 }
 
 // learn sets, or halves, the pace of key after a block this process met
@@ -138,13 +169,22 @@ func (g *Gates) learn(key string, now time.Time) {
 	// more.
 	every := (PaceWindow/time.Duration(max(n*3/4, 1)) + time.Millisecond - 1).Truncate(time.Millisecond)
 	p := g.paces[key]
+	raiseAfter := RaiseAfter
 	if p != nil && now.Before(p.until) {
 		if !p.tried {
 			// Nothing went out under the pace yet: the same block.
 			return
 		}
-		// Blocked while paced: the pace was too loose.
-		every = min(2*p.every, max(g.max, PaceWindow, p.every))
+		raiseAfter = p.raiseAfter
+		if p.good > p.every {
+			// Blocked after a raise: back to the rate that ran clean,
+			// and the next raise waits twice as long.
+			every = p.good
+			raiseAfter = min(2*p.raiseAfter, PaceMemory)
+		} else {
+			// Blocked at a rate that had run clean: the pace was too loose.
+			every = min(2*p.every, max(g.max, PaceWindow, p.every))
+		}
 	} else if n == 0 {
 		// Nothing of this process passed there: it has nothing to learn,
 		// and pacing it would hold back a process that just started.
@@ -155,6 +195,7 @@ func (g *Gates) learn(key string, now time.Time) {
 		g.paces[key] = p
 	}
 	p.every, p.until, p.tried = every, now.Add(PaceMemory), false
+	p.good, p.set, p.raiseAfter, p.held = 0, now, raiseAfter, false
 	if g.paceSweep.IsZero() || p.until.Before(g.paceSweep) {
 		g.paceSweep = p.until
 	}
@@ -220,6 +261,7 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 		}
 		if !now.Before(at) && g.firstPaced(seq, c.Route) {
 			for _, p := range ps {
+				p.raise(now)
 				p.next = later(p.next, now).Add(p.every)
 				p.tried = p.tried || !probe
 			}
@@ -228,6 +270,9 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 			return nil
 		}
 		wait := max(at.Sub(now), 0)
+		for _, p := range ps {
+			p.held = true // it binds: worth probing upward
+		}
 		ch := g.changed
 		g.mu.Unlock()
 		if c.NoWait {

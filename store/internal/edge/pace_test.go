@@ -316,3 +316,105 @@ func TestPacedGrantIsFresh(t *testing.T) {
 		t.Fatalf("%d grants taken, %d given back; want 3 and 2 (the first claim's, and the paced claim's lapsed one)", acquired, l.returned)
 	}
 }
+
+// letOut has the pace of route hold a claim back (one that will not wait)
+// and then let one out when its turn comes, n times, advancing the clock.
+func letOut(t *testing.T, g *Gates, clk *clock.Fake, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		clk.Advance(g.paceOf(route))
+		if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		pass(g, clk, route, 1, 0)
+		if err := g.awaitPace(ctx, store.Claim{Route: route, NoWait: true}, false, nil); err == nil {
+			t.Fatal("a claim went out ahead of the pace")
+		}
+	}
+}
+
+// TestPaceProbesUpward: a pace that ran clean for RaiseAfter while it held
+// requests back lets one more through per window; a block after the raise
+// sets it back to the rate that ran clean and doubles the time to the next
+// raise.
+func TestPaceProbesUpward(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 20, 10*time.Millisecond)
+	block(g, route) // 15 per second: 67 ms
+	g.mu.Lock()
+	delete(g.gates, route) // the probe passed
+	g.broadcast()
+	g.mu.Unlock()
+	letOut(t, g, clk, 74) // 74 × 67 ms < 5 s
+	if got := g.paceOf(route); got != 67*time.Millisecond {
+		t.Fatalf("pace raised to %v before it ran clean for %v", got, RaiseAfter)
+	}
+	letOut(t, g, clk, 2)
+	if got, want := g.paceOf(route), 63*time.Millisecond; got != want {
+		t.Fatalf("pace after running clean for %v = %v; want %v (16 per second)", RaiseAfter, got, want)
+	}
+	// Another clean interval: one more.
+	letOut(t, g, clk, 80)
+	if got, want := g.paceOf(route), 59*time.Millisecond; got != want {
+		t.Fatalf("pace after a second clean interval = %v; want %v (17 per second)", got, want)
+	}
+	// Blocked at 17: back to 16, and the next raise waits twice as long.
+	block(g, route)
+	if got, want := g.paceOf(route), 63*time.Millisecond; got != want {
+		t.Fatalf("pace after a block that followed a raise = %v; want %v, the rate that ran clean", got, want)
+	}
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+	letOut(t, g, clk, 150) // 150 × 63 ms < 10 s
+	if got := g.paceOf(route); got != 63*time.Millisecond {
+		t.Fatalf("pace raised to %v before twice %v", got, RaiseAfter)
+	}
+	letOut(t, g, clk, 10)
+	if got := g.paceOf(route); got != 59*time.Millisecond {
+		t.Fatalf("pace after twice %v clean = %v; want 59ms", RaiseAfter, got)
+	}
+}
+
+// TestPaceNotHoldingDoesNotRise: a pace that never held a request back
+// learns nothing about the edge, and stays.
+func TestPaceNotHoldingDoesNotRise(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 20, 10*time.Millisecond)
+	block(g, route)
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+	ctx := context.Background()
+	for range 20 {
+		clk.Advance(time.Second)
+		if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.paceOf(route); got != 67*time.Millisecond {
+		t.Errorf("pace = %v after 20 s in which it held nothing back; want 67ms", got)
+	}
+}
+
+// TestBlockOfEveryRoutePacesItsRoute: a block that holds every route (a
+// body that is not JSON) paces the route that met it, whose requests the
+// edge counted, not the whole store.
+func TestBlockOfEveryRoutePacesItsRoute(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 8, 0)
+	pass(g, clk, "GET /users/@me", 30, 10*time.Millisecond)
+	g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
+	if g.Estimate("GET /users/@me") == 0 {
+		t.Error("the block does not hold another route")
+	}
+	if got, want := g.paceOf(route), 167*time.Millisecond; got != want {
+		t.Errorf("pace of the route that met the block = %v; want %v (6 per second)", got, want)
+	}
+	if got := g.paceOf(All); got != 0 {
+		t.Errorf("the whole store is paced (%v); want only the route that met the block", got)
+	}
+}
