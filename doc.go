@@ -72,8 +72,10 @@
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained, and whose own headers still
 // claim room or say none is left in the same fixed window as a response
-// that said some were, shows its real limit: the
-// bucket is then held to one request in flight, each the spacing the 429
+// that said some were, shows its real limit: each window of the bucket
+// then grants what passed in the window that showed it (one more once a
+// minute, to find a limit that rose), or, when nothing had passed yet, the
+// bucket is held to one request in flight, each the spacing the 429
 // revealed after the last response, until a response names another limit.
 // Reaction routes start so held at Discord's stated 1 per 250 ms
 // ([WithReactionSpacing]). A hidden sublimit narrower than its route (2

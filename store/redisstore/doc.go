@@ -41,7 +41,7 @@
 //	                      sublimit's 429 holds them until then), busy (one is out: its timeout),
 //	                      w<S> (Store S waits for the one that is out); TTL until + retry_after,
 //	                      and while one is out
-//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 28 packed doubles (see
+//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 32 packed doubles (see
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
 //	                      not known yet (discounted when a bucket is learned); TTL pending timeout

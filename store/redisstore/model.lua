@@ -11,7 +11,7 @@
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
   'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt',
-  'serverInstant', 'lineUntil'}
+  'serverInstant', 'lineUntil', 'cap', 'capLimit', 'capAt', 'passed'}
 local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true,
   serverInstant = true}
 
@@ -39,26 +39,31 @@ local function newBucket()
   return {known = false, limit = 0, remaining = 0, resetAt = 0, estimated = false, window = 0, span = 0, offset = 0,
     pending = 0, pause = 0, retired = false, unlimited = false, probe = false, sliding = false, evidence = 0,
     instant = 0, seenAt = 0, seenRemaining = 0, level = 0, levelAt = 0, tauLo = 0, tauHi = 0, pendingUntil = 0,
-    hold = 0, holdLimit = 0, heldAt = 0, serverInstant = false, lineUntil = 0}
+    hold = 0, holdLimit = 0, heldAt = 0, serverInstant = false, lineUntil = 0, cap = 0, capLimit = 0, capAt = 0,
+    passed = 0}
 end
 
--- A bucket is kept as 28 little-endian doubles, in FIELDS order (the
+local CAP_PROBE = 60000
+local CAP_MEMORY = 600000
+
+-- A bucket is kept as 32 little-endian doubles, in FIELDS order (the
 -- format is spelled out: a library may not call the string library while
 -- it loads): one
 -- struct.pack, no table of the values on the way (the Lua of Redis is slow
 -- at loops and tables). A value of another length (an older layout) reads
 -- as a new bucket.
-local BUCKET_FORMAT = '<dddddddddddddddddddddddddddd'
-local BUCKET_SIZE = 8 * 28
+local BUCKET_FORMAT = '<dddddddddddddddddddddddddddddddd'
+local BUCKET_SIZE = 8 * 32
 
 local function decode(v)
   if #v ~= BUCKET_SIZE then return newBucket() end
-  local k, l, r, ra, e, w, sp, o, p, pa, ret, un, pr, sl, ev, ins, sa, sr, lv, la, tl, th, pu, ho, hl, ha, si, lu =
-    struct.unpack(BUCKET_FORMAT, v)
+  local k, l, r, ra, e, w, sp, o, p, pa, ret, un, pr, sl, ev, ins, sa, sr, lv, la, tl, th, pu, ho, hl, ha, si, lu,
+    cp, cl, ca, ps = struct.unpack(BUCKET_FORMAT, v)
   return {known = k == 1, limit = l, remaining = r, resetAt = ra, estimated = e == 1, window = w, span = sp, offset = o,
     pending = p, pause = pa, retired = ret == 1, unlimited = un == 1, probe = pr == 1, sliding = sl == 1, evidence = ev,
     instant = ins, seenAt = sa, seenRemaining = sr, level = lv, levelAt = la, tauLo = tl, tauHi = th, pendingUntil = pu,
-    hold = ho, holdLimit = hl, heldAt = ha, serverInstant = si == 1, lineUntil = lu}
+    hold = ho, holdLimit = hl, heldAt = ha, serverInstant = si == 1, lineUntil = lu, cap = cp, capLimit = cl,
+    capAt = ca, passed = ps}
 end
 
 local function bit(x)
@@ -70,7 +75,7 @@ local function encode(b)
   return struct.pack(BUCKET_FORMAT, bit(b.known), b.limit, b.remaining, b.resetAt, bit(b.estimated), b.window, b.span,
     b.offset, b.pending, b.pause, bit(b.retired), bit(b.unlimited), bit(b.probe), bit(b.sliding), b.evidence, b.instant,
     b.seenAt, b.seenRemaining, b.level, b.levelAt, b.tauLo, b.tauHi, b.pendingUntil, b.hold, b.holdLimit, b.heldAt,
-    bit(b.serverInstant), b.lineUntil)
+    bit(b.serverInstant), b.lineUntil, b.cap, b.capLimit, b.capAt, b.passed)
 end
 
 local function tau(b)
@@ -107,10 +112,27 @@ local function available(b, t)
   if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
   if not b.known then return b.pending == 0 end
   if not b.sliding and b.pending == 0 and b.resetAt ~= 0 and t >= b.resetAt then
-    b.remaining = b.limit
+    -- model.Bucket.refill
+    local n = b.limit
+    if b.cap > 0 then
+      if b.passed > b.cap then b.cap = math.min(b.passed, b.limit) end
+      n = math.min(n, b.cap)
+      if n < b.limit and t - b.capAt >= CAP_PROBE then
+        n = n + 1
+        b.capAt = t
+      end
+    end
+    b.passed = 0
+    b.remaining = n
     b.resetAt = 0
   end
   return b.remaining > 0 or (b.sliding and dripFree(b, t))
+end
+
+-- model.Bucket.perWindow
+local function perWindow(b)
+  if b.cap > 0 then return math.max(math.min(b.limit, b.cap), 1) end
+  return b.limit
 end
 
 local function wakeAt(b, t)
@@ -243,6 +265,7 @@ local function observe(b, t, h, probes)
   local reset = t + clamp(after) + clamp(h.offset)
   b.heldAt = math.max(b.heldAt, t)
   if b.hold > 0 and limit ~= b.holdLimit then b.hold, b.holdLimit = 0, 0 end
+  if b.cap > 0 and limit ~= b.capLimit then b.cap, b.capLimit, b.capAt = 0, 0, 0 end
   if limit > 0 and remaining == limit - 1 and h.resetAfter > 0 and (b.span == 0 or h.resetAfter < b.span) then
     b.span = h.resetAfter
   end
@@ -278,12 +301,18 @@ local function observe(b, t, h, probes)
     if not b.probe then b.remaining = math.max(0, remaining - probes) end
     b.resetAt = reset
     b.window = reset - t
+    b.passed = 1
   else
     local later, earlier = windowOf(b, h, reset)
     if limit > b.limit then b.remaining = b.remaining + limit - b.limit end
     if limit < b.limit or later then remaining = remaining - b.pending end
     b.limit = limit
     if later or (remaining < b.remaining and not earlier) then b.remaining = remaining end
+    if later then
+      b.passed = 0
+      if b.cap > 0 then b.remaining = math.min(b.remaining, b.cap - (limit - h.remaining) - b.pending) end
+    end
+    b.passed = b.passed + 1
     if b.estimated or b.resetAt == 0 or reset > b.resetAt then
       b.resetAt = reset
       b.estimated = false
@@ -302,12 +331,20 @@ local function limited(b, t, retry, h, probes)
   local contradicted = b.known and not b.unlimited and not b.estimated and b.remaining >= 0 and t < b.resetAt
     and (h == nil or (h.limit == b.limit and (h.remaining > 0 or sameFixedWindow(b, h, probes)))) and t >= b.pause
   local since = math.min(math.max(t - b.heldAt, 0), b.window)
-  if h then observe(b, t, h, probes) end
+  local sliding, left = b.sliding, b.resetAt - t
+  if h then
+    observe(b, t, h, probes)
+    b.passed = b.passed - 1
+  end
   b.pause = math.max(b.pause, t + clamp(retry))
   b.heldAt = math.max(b.heldAt, t)
   if contradicted and clamp(retry) > 0 then
-    b.hold = math.max(b.hold, clamp(clamp(retry) + since))
-    b.holdLimit = b.limit
+    if not sliding and (b.passed >= 2 or (b.passed == 1 and clamp(retry) <= left + idiv(b.window, 4))) then
+      b.cap, b.capLimit, b.capAt = b.passed, b.limit, t
+    else
+      b.hold = math.max(b.hold, clamp(clamp(retry) + since))
+      b.holdLimit = b.limit
+    end
   end
   b.sliding, b.evidence = false, 0
   if b.known then
@@ -338,7 +375,7 @@ local function bound(b, t, ahead)
     return math.max(at, drip)
   end
   if b.resetAt > t then
-    local windows = idiv(ahead - math.max(b.remaining, 0), b.limit)
+    local windows = idiv(ahead - math.max(b.remaining, 0), perWindow(b))
     at = math.max(at, b.resetAt + windows * b.span)
   end
   return at
@@ -346,7 +383,8 @@ end
 
 -- idle reports whether b holds nothing worth keeping at t.
 local function idle(b, t)
-  if b.pending > 0 or t < b.pause or (b.hold > 0 and t < b.heldAt + b.hold) then return false end
+  if b.pending > 0 or t < b.pause or (b.hold > 0 and t < b.heldAt + b.hold)
+    or (b.cap > 0 and t < b.capAt + CAP_MEMORY) then return false end
   return b.retired or not b.known or b.resetAt == 0 or t >= b.resetAt
 end
 

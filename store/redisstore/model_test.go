@@ -160,6 +160,7 @@ func fields(b *model.Bucket) []float64 {
 		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
 		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant), 0,
+		float64(b.Cap), float64(b.CapLimit), float64(b.CapAt), float64(b.Passed),
 	}
 }
 
@@ -190,7 +191,7 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
 	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt",
-	"serverInstant", "lineUntil"}
+	"serverInstant", "lineUntil", "cap", "capLimit", "capAt", "passed"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -495,25 +496,64 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "a 429 while the headers said a slot remained holds the bucket to one at a time, apart by the time since the last response plus retry",
-			start: model.Bucket{},
+			name: "a 429 while the headers said a slot remained, nothing passed in its window yet, holds the bucket to one at a time, apart by the time since the last response plus retry",
+			// A window the last response (at t0) dated, none of whose
+			// requests has been answered yet.
+			start: model.Bucket{Known: true, Limit: 5, Remaining: 4, ResetAt: t0 + 110, Window: 110, Offset: 10, HeldAt: t0},
 			steps: []op{
-				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opTake(t0 + 1), opSettle(),
 				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
 				opTake(t0 + 360), opSettle(),
 				opObserve(t0+400, 0, h(5, 4, 100)),
 			},
 			checks: []check{
-				{4, opAvailable(t0 + 359), 0},
-				{4, opAvailable(t0 + 360), 1},
-				{5, opAvailable(t0 + 361), 0}, // one in flight
-				{5, opWakeAt(t0 + 361), 0},    // only its response opens it
-				{7, opAvailable(t0 + 709), 0}, // a hold (50 + 260) after the last response
-				{7, opAvailable(t0 + 710), 1},
-				{7, opWakeAt(t0 + 401), t0 + 710},
-				{7, opBound(t0+401, 2), t0 + 400 + 3*310},
-				{7, opIdle(t0 + 709), 0},
-				{7, opIdle(t0 + 5000), 1},
+				{3, opAvailable(t0 + 359), 0},
+				{3, opAvailable(t0 + 360), 1},
+				{4, opAvailable(t0 + 361), 0}, // one in flight
+				{4, opWakeAt(t0 + 361), 0},    // only its response opens it
+				{6, opAvailable(t0 + 709), 0}, // a hold (50 + 260) after the last response
+				{6, opAvailable(t0 + 710), 1},
+				{6, opWakeAt(t0 + 401), t0 + 710},
+				{6, opBound(t0+401, 2), t0 + 400 + 3*310},
+				{6, opIdle(t0 + 709), 0},
+				{6, opIdle(t0 + 5000), 1},
+			},
+		},
+		{
+			name:  "a 429 while the headers said slots remained, after one passed in its window: each window grants what passed, one more once a minute",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 60, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0), // until the window's end
+				opAvailable(t0 + 310), opTake(t0 + 310), // the window after the pause: one
+				opSettle(), opObserve(t0+350, 0, h(5, 4, 100)),
+				opAvailable(t0 + 460), opTake(t0 + 460), opSettle(), // each window: one
+				opObserve(t0+60_100, 0, h(5, 4, 100)), opAvailable(t0 + 60_210), opTakeN(t0+60_210, 2), // a minute on: two
+				opSettle(), opObserve(t0+60_250, 0, h(5, 4, 60)), opSettle(), opObserve(t0+60_260, 0, h(5, 3, 50)),
+			},
+			checks: []check{
+				{4, opAvailable(t0 + 109), 0}, // the 429's pause
+				{6, opAvailable(t0 + 311), 0}, // the cap is spent, though the headers claim 4
+				{8, opAvailable(t0 + 351), 0},
+				{11, opIdle(t0 + 100_000), 0},  // the cap is kept
+				{11, opIdle(t0 + 700_000), 1},  // for ten minutes
+				{12, opRoom(t0+60_210, 5), 2},  // one more than the cap once a minute
+				{14, opRoom(t0+60_211, 5), 0},  // spent
+				{18, opRoom(t0+60_400, 5), 2},  // the window passed two without a 429: the cap rises
+				{18, opRoom(t0+130_000, 5), 3}, // and a minute on, one more again
+			},
+		},
+		{
+			name:  "a 429 after one passed whose wait outlasts its window shows a spacing longer than the window: a hold",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opLimited(t0+50, 260, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
+			},
+			checks: []check{
+				{4, opAvailable(t0 + 359), 0}, // a hold (260 + 50) after the 429
+				{4, opRoom(t0+360, 5), 1},     // one at a time
+				{4, opBound(t0+360, 1), t0 + 50 + 2*310},
 			},
 		},
 		{
@@ -542,9 +582,9 @@ func TestModelTransitions(t *testing.T) {
 		},
 		{
 			name:  "a 429 during an earlier 429's pause learns no hold: it echoes the first",
-			start: model.Bucket{},
+			start: model.Bucket{Known: true, Limit: 10, Remaining: 9, ResetAt: t0 + 110, Window: 110, Offset: 10, HeldAt: t0},
 			steps: []op{
-				opObserve(t0, 0, h(10, 9, 100)), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opSettle(),
+				opAvailable(t0), opTake(t0 + 1), opTake(t0 + 1), opTake(t0 + 1), opSettle(),
 				opLimited(t0+50, 100, &model.Headers{Limit: 10, Remaining: 3, ResetAfter: 50, Offset: 10}, 0), // a hold of 100 + 50
 				opSettle(),
 				opLimited(t0+70, 2000, &model.Headers{Limit: 10, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
@@ -582,9 +622,9 @@ func TestModelTransitions(t *testing.T) {
 				opAvailable(t0 + 1050), opTake(t0 + 1050),
 			},
 			checks: []check{
-				{10, opAvailable(t0 + 1049), 0}, // a hold (950 + 50) after the last response
-				{10, opAvailable(t0 + 1050), 1},
-				{12, opAvailable(t0 + 1051), 0}, // one in flight
+				{10, opAvailable(t0 + 1009), 0}, // the 429's pause and the window's reset
+				{10, opRoom(t0+1010, 5), 1},     // the cap: one passed
+				{12, opAvailable(t0 + 1051), 0}, // spent
 			},
 		},
 		{
@@ -617,9 +657,9 @@ func TestModelTransitions(t *testing.T) {
 		},
 		{
 			name:  "a learned hold ends when a response names another limit",
-			start: model.Bucket{},
+			start: model.Bucket{Known: true, Limit: 5, Remaining: 4, ResetAt: t0 + 110, Window: 110, Offset: 10, HeldAt: t0},
 			steps: []op{
-				opObserve(t0, 0, h(5, 4, 100)), opTake(t0 + 1), opSettle(),
+				opAvailable(t0), opTake(t0 + 1), opSettle(),
 				opLimited(t0+50, 500, &model.Headers{Limit: 5, Remaining: 3, ResetAfter: 50, Offset: 10}, 0),
 				opTake(t0 + 600), opSettle(),
 				opObserve(t0+650, 0, h(10, 9, 1000)),

@@ -72,7 +72,7 @@ func cases() []testCase {
 		{name: "GlobalSlidingWindow", serial: true, policy: store.Policy{GlobalWindow: slidingWindow}, run: testGlobalSlidingWindow},
 		{name: "Global429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testGlobal429},
 		{name: "User429", policy: store.Policy{ResetOffset: 50 * time.Millisecond}, run: testUser429},
-		{name: "LearnedHold", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedHold},
+		{name: "LearnedLimit", policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testLearnedLimit},
 		{name: "Spacing", run: testSpacing},
 		{name: "HiddenSublimit", policy: store.Policy{ResetOffset: 10 * time.Millisecond}, run: testHiddenSublimit},
 		{name: "KindOneAtATime", run: testKindOneAtATime},
@@ -976,13 +976,14 @@ func testRetryKeepsPlace(h *harness) {
 	h.update(h.granted(later2, "the second request queued during the pause").p, limits(c, "h", 1, 0, 50*time.Millisecond))
 }
 
-// testLearnedHold: a user 429 from a bucket whose headers said a slot
-// remained holds the bucket to one request in flight, the retry_after apart
-// counted from the last response, until a response names another limit.
-func testLearnedHold(h *harness) {
+// testLearnedLimit: a 429 of scope user while the headers said requests
+// remained shows the bucket's real limit: each window then grants what
+// passed in the window that showed it (here one), whatever the headers
+// claim, until a response names another limit.
+func testLearnedLimit(h *harness) {
 	c := claim(h.cred("a"), routeCreate, major1)
-	h.learn(c, "h", 10, 9, 200*time.Millisecond)
-	p := h.acquireNow(c) // the headers said 9 remained
+	h.learn(c, "h", 10, 9, 200*time.Millisecond) // one passed
+	p := h.acquireNow(c)                         // the headers said 9 remained
 
 	const retry, offset = 250 * time.Millisecond, 20 * time.Millisecond
 	u := limits(c, "h", 10, 8, 150*time.Millisecond)
@@ -994,14 +995,15 @@ func testLearnedHold(h *harness) {
 
 	r := h.granted(h.acquireAsync(h.t.Context(), c), "request after the 429")
 	h.notBefore(r, t0, retry+offset, "request after the 429")
-	// One at a time: the next waits for the response, then the hold.
-	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request while the first is in flight")
+	// One per window: the next waits for the window's reset, though the
+	// headers claim nine more.
+	next := h.stillWaiting(h.acquireAsync(h.t.Context(), c), watch, "second request in the capped window")
 	t1 := time.Now()
 	h.update(r.p, limits(c, "h", 10, 9, 200*time.Millisecond))
-	r = h.granted(next, "second request after the hold")
-	h.notBefore(r, t1, retry+offset, "second request after the hold")
+	r = h.granted(next, "second request in the next window")
+	h.notBefore(r, t1, 200*time.Millisecond, "second request in the next window")
 
-	// A response naming another limit ends the hold.
+	// A response naming another limit ends the cap.
 	h.update(r.p, limits(c, "h", 20, 19, 200*time.Millisecond))
 	h.acquireNow(c)
 	h.acquireNow(c)

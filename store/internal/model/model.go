@@ -85,7 +85,25 @@ type Bucket struct {
 	// (see Seed). HoldLimit is the Limit it was made under: a response
 	// naming another Limit clears it.
 	Hold, HoldLimit, HeldAt int64
+
+	// Cap, when positive, is the most requests a fixed window of the
+	// bucket lets through although its headers claim CapLimit: what passed
+	// (Passed, the responses other than 429 counted in the current window)
+	// before a 429 of a window where the headers said requests remained
+	// (see Limited). Each window then grants at most Cap, until a response
+	// names another limit; once per CapProbe (from CapAt) a window grants
+	// one more, and a window that passed more than Cap raises it.
+	Cap, CapLimit, CapAt, Passed int64
 }
+
+// CapProbe is how often a capped bucket tries one request more than its
+// cap in a window (see Bucket.Cap): at most one 429 per bucket per
+// CapProbe while the cap holds. CapMemory is how long a cap is kept after
+// it was learned or probed, the bucket idle.
+const (
+	CapProbe  = 60_000
+	CapMemory = 600_000
+)
 
 // Headers is what a response said about its bucket. Times are in
 // milliseconds.
@@ -134,10 +152,38 @@ func (b *Bucket) Available(now int64) bool {
 		return b.Pending == 0
 	}
 	if !b.Sliding && b.Pending == 0 && b.ResetAt != 0 && now >= b.ResetAt {
-		b.Remaining = b.Limit
+		b.Remaining = b.refill(now)
 		b.ResetAt = 0
 	}
 	return b.Remaining > 0 || b.Sliding && b.dripFree(now)
+}
+
+// refill returns the slots a new fixed window grants at now: the limit, or
+// the cap a 429 showed (one more once per CapProbe), and starts counting
+// the window's passes.
+func (b *Bucket) refill(now int64) int64 {
+	n := b.Limit
+	if b.Cap > 0 {
+		if b.Passed > b.Cap {
+			b.Cap = min(b.Passed, b.Limit) // a window passed more without a 429
+		}
+		n = min(n, b.Cap)
+		if n < b.Limit && now-b.CapAt >= CapProbe {
+			n++
+			b.CapAt = now
+		}
+	}
+	b.Passed = 0
+	return n
+}
+
+// perWindow is how many requests a fixed window of b grants: its limit,
+// or its cap.
+func (b *Bucket) perWindow() int64 {
+	if b.Cap > 0 {
+		return max(min(b.Limit, b.Cap), 1)
+	}
+	return b.Limit
 }
 
 // Tau is how long the model takes to give one slot back, in microseconds:
@@ -353,6 +399,9 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 	if b.Hold > 0 && limit != b.HoldLimit {
 		b.Hold, b.HoldLimit = 0, 0 // the headers changed: what the hold was learned under is gone
 	}
+	if b.Cap > 0 && limit != b.CapLimit {
+		b.Cap, b.CapLimit, b.CapAt = 0, 0, 0 // likewise for a cap
+	}
 	if limit > 0 && remaining == limit-1 && h.ResetAfter > 0 && (b.Span == 0 || h.ResetAfter < b.Span) {
 		b.Span = h.ResetAfter
 	}
@@ -399,6 +448,7 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		}
 		b.ResetAt = reset
 		b.Window = reset - now
+		b.Passed = 1
 	} else {
 		// A fixed window's response dated a window after the one the
 		// model counts belongs to a new window at Discord, which one of
@@ -420,6 +470,15 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		if later || remaining < b.Remaining && !earlier {
 			b.Remaining = remaining
 		}
+		if later {
+			b.Passed = 0
+			if b.Cap > 0 {
+				// What the cap leaves of the new window: the requests it
+				// counted, and those still in flight, spend it too.
+				b.Remaining = min(b.Remaining, b.Cap-(limit-h.Remaining)-b.Pending)
+			}
+		}
+		b.Passed++
 		if b.Estimated || b.ResetAt == 0 || reset > b.ResetAt {
 			b.ResetAt = reset
 			b.Estimated = false
@@ -510,14 +569,23 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 	contradicted := b.Known && !b.Unlimited && !b.Estimated && b.Remaining >= 0 && now < b.ResetAt &&
 		(h == nil || h.Limit == b.Limit && (h.Remaining > 0 || b.sameFixedWindow(*h, probes))) && now >= b.Pause
 	since := min(max(now-b.HeldAt, 0), b.Window)
+	sliding, left := b.Sliding, b.ResetAt-now
 	if h != nil {
 		b.Observe(now, *h, probes)
+		b.Passed-- // a 429 did not pass
 	}
 	b.Pause = max(b.Pause, now+clamp(retry))
 	b.HeldAt = max(b.HeldAt, now)
 	if contradicted && clamp(retry) > 0 {
-		b.Hold = max(b.Hold, clamp(clamp(retry)+since))
-		b.HoldLimit = b.Limit
+		if !sliding && (b.Passed >= 2 || b.Passed == 1 && clamp(retry) <= left+b.Window/4) {
+			// A fixed window let through what passed in it: the cap.
+			// (One that passed alone, and a wait past the window's end:
+			// a spacing longer than the window, which the hold keeps.)
+			b.Cap, b.CapLimit, b.CapAt = b.Passed, b.Limit, now
+		} else {
+			b.Hold = max(b.Hold, clamp(clamp(retry)+since))
+			b.HoldLimit = b.Limit
+		}
 	}
 	b.Sliding, b.Evidence = false, 0
 	if b.Known {
@@ -585,7 +653,7 @@ func (b *Bucket) Bound(now, ahead int64) int64 {
 	if b.ResetAt > now {
 		// The refill at the reset serves the first limit waiters in line;
 		// each further limit waits at least one more window.
-		windows := (ahead - max(b.Remaining, 0)) / b.Limit
+		windows := (ahead - max(b.Remaining, 0)) / b.perWindow()
 		at = max(at, b.ResetAt+windows*b.Span)
 	}
 	return at
@@ -594,7 +662,7 @@ func (b *Bucket) Bound(now, ahead int64) int64 {
 // Idle reports whether b holds nothing worth keeping at now: no request in
 // flight, no pause, and no window open.
 func (b *Bucket) Idle(now int64) bool {
-	if b.Pending > 0 || now < b.Pause || b.Hold > 0 && now < b.HeldAt+b.Hold {
+	if b.Pending > 0 || now < b.Pause || b.Hold > 0 && now < b.HeldAt+b.Hold || b.Cap > 0 && now < b.CapAt+CapMemory {
 		return false
 	}
 	return b.Retired || !b.Known || b.ResetAt == 0 || now >= b.ResetAt
