@@ -7,7 +7,8 @@ import (
 
 // FuzzObserve checks what no response, however malformed or reordered, may
 // do to a bucket: panic, raise its remaining count without raising its
-// limit, move its reset earlier, or end a pause.
+// limit (unless it dates a later window, whose count it then gives, and
+// no more), move its reset earlier, or end a pause.
 func FuzzObserve(f *testing.F) {
 	f.Add(int64(5), int64(0), int64(1000), int64(10), int64(5), int64(3), int64(200), int64(50), int64(0), false)
 	f.Add(int64(10), int64(9), int64(100), int64(10), int64(10), int64(8), int64(200), int64(1), int64(2), true)
@@ -23,8 +24,16 @@ func FuzzObserve(f *testing.F) {
 		before := b
 		later := int64(now) + step
 		b.Observe(later, Headers{Limit: limit2, Remaining: remaining2, ResetAfter: resetAfter2, Offset: offset}, probes)
-		if limit2 <= before.Limit && b.Remaining > before.Remaining {
+		after := resetAfter2
+		if after < 0 {
+			after = max(before.Window, 1000)
+		}
+		newer, _ := before.windowOf(Headers{Limit: limit2, Remaining: remaining2, ResetAfter: resetAfter2}, later+clamp(after)+clamp(offset))
+		if limit2 <= before.Limit && b.Remaining > before.Remaining && !newer {
 			t.Errorf("Observe(limit %d, remaining %d) raised Remaining %d -> %d under limit %d", limit2, remaining2, before.Remaining, b.Remaining, before.Limit)
+		}
+		if newer && b.Remaining > before.Remaining && b.Remaining > remaining2 {
+			t.Errorf("Observe(limit %d, remaining %d) of a later window left Remaining %d, more than it said", limit2, remaining2, b.Remaining)
 		}
 		if b.ResetAt < before.ResetAt && !before.Estimated {
 			t.Errorf("Observe moved the reset earlier: %d -> %d", before.ResetAt, b.ResetAt)
