@@ -153,17 +153,6 @@ local function wakeAt(b, t)
   return 0
 end
 
-local function take(b, t)
-  b.pending = b.pending + 1
-  if b.hold > 0 then b.heldAt = math.max(b.heldAt, t) end
-  if not b.known or b.unlimited then return end
-  b.remaining = b.remaining - 1
-  if b.resetAt == 0 then
-    b.resetAt = t + b.window
-    b.estimated = true
-  end
-end
-
 local function takeN(b, t, n)
   if n <= 0 then return end
   b.pending = b.pending + n
@@ -175,6 +164,8 @@ local function takeN(b, t, n)
     b.estimated = true
   end
 end
+
+local function take(b, t) takeN(b, t, 1) end
 
 local function dripRoom(b, t, most)
   local ta = tau(b)

@@ -390,10 +390,14 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 	if n := slotOf(start); g.slot.Load() != n {
 		g.slot.Store(n)
 	}
+	var res uint64 // the claim's resource, named once a shared 429 holds any
 	for {
 		if g.sharedOn.Load() {
 			gated = true
-			if err := g.awaitResource(ctx, &c, start, done); err != nil {
+			if res == 0 {
+				res = Resource(&c)
+			}
+			if err := g.awaitResource(ctx, &c, res, start, done); err != nil {
 				return nil, err
 			}
 		}
@@ -435,9 +439,13 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			}
 		}
 		held := g.Holds(tk, c.Route)
-		if !held && g.ResourceHeld(&c) {
-			g.Abandon(tk) // the next in line probes
-			held = true
+		if !held && g.sharedOn.Load() {
+			if res == 0 {
+				res = Resource(&c)
+			}
+			if held = g.resourceHeld(res); held {
+				g.Abandon(tk) // the next in line probes
+			}
 		}
 		if held {
 			// A block came while the claim waited for its bucket, or a

@@ -32,6 +32,14 @@ func pass(g *Gates, clk *clock.Fake, route string, n int, d time.Duration) {
 	clk.Advance(d)
 }
 
+// probePassed ends the gate of route, as its probe's passing does.
+func probePassed(g *Gates, route string) {
+	g.mu.Lock()
+	delete(g.gates, route)
+	g.broadcast()
+	g.mu.Unlock()
+}
+
 func block(g *Gates, route string) {
 	g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked})
 }
@@ -113,10 +121,7 @@ func TestBlockWhilePacedHalvesTheRate(t *testing.T) {
 	pass(g, clk, route, 8, 10*time.Millisecond) // 6 per second
 	block(g, route)
 	clk.Advance(2 * time.Second)
-	g.mu.Lock()
-	delete(g.gates, route) // the probe passed
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	ctx := context.Background()
 	if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
 		t.Fatal(err)
@@ -144,10 +149,7 @@ func TestPaceForgotten(t *testing.T) {
 	if got := g.paceOf(route); got != 0 {
 		t.Errorf("Pace after PaceMemory = %v; want it forgotten", got)
 	}
-	g.mu.Lock()
-	delete(g.gates, route)
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	if err := g.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +168,7 @@ func TestAwaitPaceSpaces(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 4, 0) // 3 per second
 	block(g, route)
-	g.mu.Lock()
-	delete(g.gates, route)
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	ctx := context.Background()
 	c := store.Claim{Route: route}
 	if err := g.awaitPace(ctx, c, false, nil); err != nil {
@@ -272,10 +271,7 @@ func TestPacedGrantIsFresh(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 4, 0) // 3 per second: one request every 334 ms
 	block(g, route)
-	g.mu.Lock()
-	delete(g.gates, route)
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	l := &clockLapser{clk: clk}
 	acquired := 0
 	acquire := func(c store.Claim) (*store.Reservation, error) {
@@ -342,10 +338,7 @@ func TestPaceProbesUpward(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 20, 10*time.Millisecond)
 	block(g, route) // 15 per second: 67 ms
-	g.mu.Lock()
-	delete(g.gates, route) // the probe passed
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	letOut(t, g, clk, 74) // 74 × 67 ms < 5 s
 	if got := g.paceOf(route); got != 67*time.Millisecond {
 		t.Fatalf("pace raised to %v before it ran clean for %v", got, RaiseAfter)
@@ -364,10 +357,7 @@ func TestPaceProbesUpward(t *testing.T) {
 	if got, want := g.paceOf(route), 63*time.Millisecond; got != want {
 		t.Fatalf("pace after a block that followed a raise = %v; want %v, the rate that ran clean", got, want)
 	}
-	g.mu.Lock()
-	delete(g.gates, route)
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	letOut(t, g, clk, 150) // 150 × 63 ms < 10 s
 	if got := g.paceOf(route); got != 63*time.Millisecond {
 		t.Fatalf("pace raised to %v before twice %v", got, RaiseAfter)
@@ -384,10 +374,7 @@ func TestPaceNotHoldingDoesNotRise(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 20, 10*time.Millisecond)
 	block(g, route)
-	g.mu.Lock()
-	delete(g.gates, route)
-	g.broadcast()
-	g.mu.Unlock()
+	probePassed(g, route)
 	ctx := context.Background()
 	for range 20 {
 		clk.Advance(time.Second)

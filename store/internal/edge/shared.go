@@ -103,17 +103,24 @@ func (g *Gates) ResourceHeld(c *store.Claim) bool {
 	if !g.sharedOn.Load() {
 		return false
 	}
-	res := Resource(c)
+	return g.resourceHeld(Resource(c))
+}
+
+// resourceHeld reports whether a shared 429 now holds resource res.
+func (g *Gates) resourceHeld(res uint64) bool {
+	if res == 0 {
+		return false
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.resourceWait(res, g.clk.Now()) > 0
 }
 
-// awaitResource holds claim c while a shared 429 holds its resource. It
+// awaitResource holds claim c while a shared 429 holds its resource res
+// (see Resource). It
 // fails like a store's Acquire: with a *store.WaitError of scope shared,
 // at once when the wait is known to exceed what the claim accepts.
-func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, start time.Time, done <-chan struct{}) error {
-	res := Resource(c)
+func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, res uint64, start time.Time, done <-chan struct{}) error {
 	if res == 0 {
 		return nil
 	}

@@ -259,20 +259,7 @@ func (b *Bucket) WakeAt(now int64) int64 {
 }
 
 // Take grants one slot at now; Available must have said yes.
-func (b *Bucket) Take(now int64) {
-	b.Pending++
-	if b.Hold > 0 {
-		b.HeldAt = max(b.HeldAt, now)
-	}
-	if !b.Known || b.Unlimited {
-		return
-	}
-	b.Remaining--
-	if b.ResetAt == 0 {
-		b.ResetAt = now + b.Window
-		b.Estimated = true
-	}
-}
+func (b *Bucket) Take(now int64) { b.TakeN(now, 1) }
 
 // TakeN grants n slots at now, as n calls of Take would; Room must have
 // said there are that many.
