@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,29 +23,91 @@ func unavailable(what string, err error) *store.WaitError {
 	return &store.WaitError{Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)}
 }
 
+// errDescheduled marks the error of a call that failed because this
+// process did not run for part of it (see freeze.go), not because Redis
+// did not answer: it is made again, not taken for an outage.
+var errDescheduled = errors.New("redisstore: the process did not run during the call")
+
 // bounded runs f with a context that ends after the call timeout; f's
 // Redis calls end then when the client honours context deadlines (go-redis'
 // ContextTimeoutEnabled). Whether or not it does, stalled is called once the
 // timeout has passed with f still running, on a timer's goroutine while f
 // goes on, so that the failure policy applies on time even with a client
-// that waits out longer socket timeouts and retries. bounded returns once
-// both f and stalled (if called) have returned; it reports whether stalled
-// was called, and f's error.
+// that waits out longer socket timeouts and retries. Time in which this
+// process did not run does not count (see freeze.go): the timer waits
+// until the call has had the call timeout of running time, and an error
+// of f that the missing time explains (a timeout, a connection lost) is
+// returned wrapped in errDescheduled. bounded returns once both f and
+// stalled (if called) have returned; it reports whether stalled was
+// called, and f's error.
 func (s *Store) bounded(parent context.Context, f func(ctx context.Context) error, stalled func()) (bool, error) {
+	s.watchFreezes()
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(parent, s.callTimeout)
 	defer cancel()
-	done := make(chan struct{})
-	t := time.AfterFunc(s.callTimeout, func() {
+	var (
+		mu        sync.Mutex // orders the timer's function after t is set and against f's return
+		t         *time.Timer
+		returned  bool
+		isStalled bool
+		done      = make(chan struct{})
+	)
+	mu.Lock()
+	t = time.AfterFunc(s.callTimeout, func() {
+		mu.Lock()
+		if returned {
+			mu.Unlock()
+			return
+		}
+		if left := s.freezes.liveLeft(start, time.Now(), s.callTimeout); left > 0 {
+			// The process did not run for part of the call: the reply
+			// may be waiting. Give Redis the rest of its time.
+			s.descheduled.Add(1)
+			t.Reset(left)
+			mu.Unlock()
+			return
+		}
+		isStalled = true
+		mu.Unlock()
 		defer close(done)
 		s.stalls.Add(1)
 		stalled()
 	})
+	mu.Unlock()
 	err := f(ctx)
-	if t.Stop() {
-		return false, err
+	mu.Lock()
+	returned = true
+	st := isStalled
+	mu.Unlock()
+	t.Stop()
+	if st {
+		<-done
+		return true, err
 	}
-	<-done
-	return true, err
+	if err != nil && !answered(err) && parent.Err() == nil {
+		if fz := s.freezes.frozen(start, time.Now()); fz > freezeSlack && time.Since(start)-fz < s.callTimeout {
+			s.descheduled.Add(1)
+			err = fmt.Errorf("%w (%v of %v): %w", errDescheduled, fz.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+	return false, err
+}
+
+// watchFreezes starts the freeze watch's ticker if it is not running.
+func (s *Store) watchFreezes() {
+	if !s.freezes.touch() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.freezes.run(s.done)
+	}()
 }
 
 // call runs f for the driver of ss within the call timeout. When Redis

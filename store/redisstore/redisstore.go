@@ -94,6 +94,9 @@ type Store struct {
 	errs        atomic.Uint64
 	localGrants atomic.Uint64
 	stalls      atomic.Uint64
+	descheduled atomic.Uint64
+
+	freezes *freezeWatch // tells a Redis stall from this process not running (freeze.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -140,6 +143,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		ctx:            ctx,
 		cancel:         cancel,
 		done:           make(chan struct{}),
+		freezes:        newFreezeWatch(nil),
 	}
 	s.invalid.kick = make(chan struct{}, 1)
 	for _, o := range opts {
@@ -171,8 +175,13 @@ type Stats struct {
 	// as well.
 	Grace bool
 	// Stalls is the number of Redis calls that did not answer within the
-	// call timeout ([WithCallTimeout]).
+	// call timeout ([WithCallTimeout]) of time in which this process ran.
 	Stalls uint64
+	// Descheduled is the number of times a Redis call was given more time,
+	// or made again, because this process did not run for part of it
+	// (stopped, starved of CPU, paused by its VM): such a call is not
+	// taken for a Redis stall.
+	Descheduled uint64
 	// Queued is the number of reports waiting to be applied in Redis.
 	Queued int
 	// Dropped is the number of reports never applied: dropped oldest first
@@ -194,6 +203,7 @@ func (s *Store) Stats() Stats {
 		Local:       s.degraded.Load(),
 		Grace:       grace,
 		Stalls:      s.stalls.Load(),
+		Descheduled: s.descheduled.Load(),
 		Queued:      int(s.out.queued.Load()),
 		Dropped:     s.out.dropped.Load(),
 	}
@@ -528,9 +538,9 @@ type permit struct {
 	global, tokenAuth  bool
 	limit              int64              // the granting bucket's limit when granted, 0 when unknown
 	local              *store.Reservation // the local limiter's grant too, during a grace period
-	// sendBy is when the grant of a global claim lapses (see
-	// [store.Reservation.SendBy]): half the hold after the call that
-	// granted it left, or after the slot it reserved opens.
+	// sendBy is when the grant lapses (see [store.Reservation.SendBy]):
+	// half the hold after the call that granted it left, or after the
+	// slot it reserved opens.
 	sendBy time.Time
 }
 

@@ -490,6 +490,12 @@ func (s *Store) callFailed(ss *session, p *plan, err error, stalled bool) {
 	ss.failures++
 	ss.signal()
 	s.mu.Unlock()
+	if errors.Is(err, errDescheduled) {
+		// This process did not run for part of the call: Redis is not
+		// shown to fail. The claims and reports go again with the next
+		// call, which undoes this one if it ran.
+		return
+	}
 	if !stalled {
 		if errors.Is(err, errReply) || errors.Is(err, errStale) || permanent(err) {
 			s.errs.Add(1)
@@ -662,10 +668,8 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 		if i > reserved {
 			d := time.Duration(r.delays[i-reserved-1]) * time.Millisecond
 			at = now.Add(d)
-			if c.head.Global {
-				p.Handle.(*permit).sendBy = sent.Add(d + s.pol.GlobalHold/2)
-			}
-		} else if c.head.Global {
+			p.Handle.(*permit).sendBy = sent.Add(d + s.pol.GlobalHold/2)
+		} else {
 			p.Handle.(*permit).sendBy = sent.Add(s.pol.GlobalHold / 2)
 		}
 		handed := false
