@@ -124,7 +124,8 @@ const (
 	// process was descheduled or frozen between the grant and the write;
 	// see [store.Reservation.SendBy]). It is claimed again, keeping its
 	// place in line, rather than reach Discord after its slot stopped
-	// counting.
+	// counting. Its Scope is global for a claim that counts against the
+	// global window, user otherwise.
 	EventLapsed
 )
 

@@ -173,10 +173,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			if lapses < maxLapses {
 				// The grant lapsed before the request could leave (the
 				// process was descheduled or frozen since): sent now, it
-				// might reach Discord after the store stopped counting it.
-				// Give it back and claim again, keeping the request's
-				// place in line.
-				t.event(&tel, Event{Kind: EventLapsed, Route: key.route, Bucket: bucket, Scope: store.ScopeGlobal, Attempt: attempt})
+				// might reach Discord after the store stopped counting it,
+				// in another window than the one it was granted in, or
+				// into a pause that began meanwhile. Give it back and
+				// claim again, keeping the request's place in line.
+				scope := store.ScopeUser
+				if permit.Claim.Global {
+					scope = store.ScopeGlobal
+				}
+				t.event(&tel, Event{Kind: EventLapsed, Route: key.route, Bucket: bucket, Scope: scope, Attempt: attempt})
 				t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again",
 					slog.String("route", key.route), slog.String("bucket", bucket))
 				permit.Recycle()

@@ -75,9 +75,10 @@ type Policy struct {
 	// GlobalHold bounds how long after its grant a request may reach
 	// Discord. Its global slot's window starts when its response arrives
 	// (it reached Discord by then), or GlobalHold after the grant if that is
-	// earlier. A grant lapses when its request has not left within half of
-	// GlobalHold ([Reservation.SendBy]): a request that was slow to leave is
-	// claimed again rather than share a window with later ones. Zero means
+	// earlier. A grant, global or not, lapses when its request has not
+	// left within half of GlobalHold ([Reservation.SendBy]): a request that
+	// was slow to leave is claimed again rather than go on what the store
+	// knew before. Zero means
 	// [DefaultGlobalHold]; it is never less than ResetOffset.
 	GlobalHold time.Duration
 	// ResetOffset is the safety margin added to every reset and pause,
@@ -265,10 +266,13 @@ type Reservation struct {
 	// SendBy, when not zero, is when the grant lapses, on the issuing
 	// store's clock: a request that has not left by then (its process was
 	// descheduled, or frozen, between the grant and the write) may reach
-	// Discord after the store stopped counting it, and must be given back
+	// Discord after the store stopped counting it in the global window,
+	// in a bucket window other than the one it was granted in, or after
+	// a pause that began meanwhile (which a process of a shared store only
+	// learns by claiming again). It must be given back
 	// ([Reservation.Cancel]) and claimed again. [Reservation.Lapsed] tells.
-	// Stores set it for claims that count against the global window: half
-	// of [Policy.GlobalHold] after the grant, the other half being for the
+	// The stores of this module set it for every grant: half of
+	// [Policy.GlobalHold] after the grant, the other half being for the
 	// request to reach Discord.
 	SendBy time.Time
 

@@ -295,7 +295,7 @@ func (s *Store) acquire(ctx context.Context, claim store.Claim) (*store.Reservat
 		tok := s.grant(cr, b, c, now)
 		s.mu.Unlock()
 		r := store.NewReservation(s, claim, hashOf(b), 0, handle(b), tok)
-		s.lapse(r, tok, now)
+		s.lapse(r, now)
 		return r, nil
 	}
 
@@ -339,7 +339,7 @@ func (s *Store) wait(ctx context.Context, c *store.Claim, cr *cred, w *waiter, s
 	select {
 	case <-w.ready:
 		r := store.NewReservation(s, *c, hashOf(w.b), s.clock.Now().Sub(start), handle(w.b), w.token)
-		s.lapse(r, w.token, w.granted)
+		s.lapse(r, w.granted)
 		return r, nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -409,12 +409,10 @@ func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 	return 0
 }
 
-// lapse sets when r, granted at (ms) with the global window's token tok,
-// lapses: half the hold after the grant (see [store.Reservation.SendBy]).
-func (s *Store) lapse(r *store.Reservation, tok uint64, at int64) {
-	if tok != 0 {
-		r.SendBy = s.epoch.Add(time.Duration(at+s.hold/2) * time.Millisecond)
-	}
+// lapse sets when r, granted at (ms), lapses: half the hold after the
+// grant (see [store.Reservation.SendBy]).
+func (s *Store) lapse(r *store.Reservation, at int64) {
+	r.SendBy = s.epoch.Add(time.Duration(at+s.hold/2) * time.Millisecond)
 }
 
 // Lapsed implements [store.Lapser].
