@@ -191,3 +191,55 @@ func TestFailClosed(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLocalWaiterAfterRecovery: a request that queued in the local
+// limiter during an outage and is granted there after Redis came back is
+// claimed through Redis as well: the other processes, back on Redis, must
+// see it in the windows they fill. (Waiters granted on the local limiter
+// alone after a restart once sent a whole global window over the limit,
+// seconds after Redis was back.)
+func TestLocalWaiterAfterRecovery(t *testing.T) {
+	srv := startServer(t)
+	client := fastClient(t, srv.addr())
+	s := redisstore.New(client, redisstore.WithPrefix(testPrefix(t)),
+		redisstore.WithProbeInterval(50*time.Millisecond), redisstore.WithLocalShare(1))
+	t.Cleanup(func() { s.Close() })
+
+	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true}
+	acquire(t, s, c, time.Second).Report(t.Context(), limitsOf(c, 1, 0, 300*time.Millisecond))
+	srv.stop()
+	// Through the local limiter: it learns the bucket spent for 1.5 s.
+	acquire(t, s, c, 5*time.Second).Report(t.Context(), limitsOf(c, 1, 0, 1500*time.Millisecond))
+	if st := s.Stats(); !st.Local || st.LocalGrants != 1 {
+		t.Fatalf("Stats() = %+v; want local mode, one local grant", st)
+	}
+	// A waiter queues in the local limiter; Redis comes back meanwhile.
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		p, err := s.Acquire(ctx, c)
+		if err == nil {
+			err = p.Report(ctx, limitsOf(c, 1, 0, time.Second))
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	srv.start()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Local {
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats() = %+v 10s after Redis came back; want the store back on Redis", s.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter queued in the local limiter: %v; want a grant", err)
+	}
+	if st := s.Stats(); st.LocalGrants != 1 {
+		t.Errorf("Stats().LocalGrants = %d after the waiter was granted with Redis back; want 1 (it claimed through Redis too)", st.LocalGrants)
+	}
+	if n, err := client.Keys(t.Context(), "*:g").Result(); err != nil || len(n) == 0 {
+		t.Errorf("global window keys in Redis = %v, %v; want the waiter's slot counted there", n, err)
+	}
+}

@@ -16,11 +16,26 @@ const (
 func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 
-// acquireLocal grants c through the local limiter alone.
+// acquireLocal grants c through the local limiter, while the Store limits
+// locally.
 func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (grant, error) {
 	p, err := s.localGrant(ctx, c)
 	if err != nil {
 		return grant{}, err
+	}
+	return s.localOnly(ctx, c, start, p)
+}
+
+// localOnly returns the local limiter's grant p of c as c's grant while
+// the Store limits locally. When Redis came back while c waited for it,
+// the other processes, which claim through Redis again, know nothing of
+// p: c claims through Redis as well, as in the grace period. (Waiters
+// that queued in the local limiter during an outage are granted long after
+// Redis is back; on p alone they would add a window's worth to windows
+// that Redis fills.)
+func (s *Store) localOnly(ctx context.Context, c store.Claim, start time.Time, p *store.Reservation) (grant, error) {
+	if !s.degraded.Load() {
+		return s.claim(ctx, c, start, p)
 	}
 	s.localGrants.Add(1)
 	return grant{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil

@@ -296,8 +296,16 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 	if err := s.refuseKnown(&c); err != nil {
 		return grant{}, err
 	}
-	start := time.Now()
-	if s.degraded.Load() {
+	return s.claim(ctx, c, time.Now(), nil)
+}
+
+// claim grants c through Redis, begun at start. local, when not nil, is
+// the local limiter's grant that c holds already (see acquireLocal): c
+// needs both. Without one, c needs only Redis, but the local limiter's
+// alone while the Store limits locally, and both during the grace period
+// after a return to Redis.
+func (s *Store) claim(ctx context.Context, c store.Claim, start time.Time, local *store.Reservation) (grant, error) {
+	if local == nil && s.degraded.Load() {
 		return s.acquireLocal(ctx, c, start)
 	}
 	s.mu.Lock()
@@ -306,8 +314,7 @@ func (s *Store) acquire(ctx context.Context, c store.Claim) (grant, error) {
 	}
 	grace := s.inGrace(start)
 	s.mu.Unlock()
-	var local *store.Reservation
-	if grace {
+	if grace && local == nil {
 		p, err := s.localGrant(ctx, c)
 		if err != nil {
 			return grant{}, err
@@ -488,8 +495,7 @@ func (s *Store) settled(ctx context.Context, w *waiter) (grant, error) {
 		return w.permit, nil
 	case handedOver:
 		if w.local != nil {
-			s.localGrants.Add(1)
-			return grant{Bucket: w.local.Bucket, Waited: time.Since(w.start), Handle: &localPermit{p: w.local}}, nil
+			return s.localOnly(ctx, w.claim, w.start, w.local)
 		}
 		return s.acquireLocal(ctx, w.claim, w.start)
 	default:
