@@ -114,7 +114,7 @@ func send(t *testing.T, c *http.Client, method, url string) {
 	req.Header.Set("Authorization", "Bot token")
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatal(ratecord.RedactError(err))
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
