@@ -298,12 +298,3 @@ func WithHashKey(key []byte) Option {
 func WithRetryNonIdempotent(on bool) Option {
 	return optionFunc(func(c *config) { c.retryUnsafe = on })
 }
-
-// withClock injects the clock; tests in this package use it.
-func withClock(cl clock.Clock) Option {
-	return optionFunc(func(c *config) {
-		if cl != nil {
-			c.clock = cl
-		}
-	})
-}

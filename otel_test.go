@@ -151,7 +151,7 @@ func wantAttrs(t *testing.T, what string, kvs []attribute.KeyValue, want map[str
 			t.Errorf("%s: no attribute %s; want %q", what, k, w)
 			continue
 		}
-		if got := v.Emit(); got != w {
+		if got := v.String(); got != w {
 			t.Errorf("%s: %s = %q; want %q", what, k, got, w)
 		}
 	}

@@ -207,3 +207,34 @@ func ExampleRedactError() {
 	// URL: /api/v10/webhooks/123/REDACTED
 	// gave up on POST /webhooks/:id/:token true
 }
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "https://discord.com/api/v10/channels/123/messages", "https://discord.com/api/v10/channels/123/messages"},
+		{"query", "https://discord.com/api/v10/webhooks/1/tok?wait=true", "https://discord.com/api/v10/webhooks/1/REDACTED?wait=true"},
+		{"webhook message", "https://discord.com/api/webhooks/1/tok/messages/@original", "https://discord.com/api/webhooks/1/REDACTED/messages/@original"},
+		{"interaction", "https://discord.com/api/v10/interactions/9/aW50ZXJhY3Rpb246abc/callback", "https://discord.com/api/v10/interactions/9/REDACTED/callback"},
+		{"long segment", "https://discord.com/api/v10/x/" + "0123456789012345678901234567890123456789", "https://discord.com/api/v10/x/REDACTED"},
+		{"webhook without token", "https://discord.com/api/v10/webhooks/1", "https://discord.com/api/v10/webhooks/1"},
+		{"userinfo and fragment", "https://user:pass@discord.com/api/v10/users/@me#frag", "https://discord.com/api/v10/users/@me"},
+		{"port", "http://127.0.0.1:8089/api/v10/webhooks/1/tok", "http://127.0.0.1:8089/api/v10/webhooks/1/REDACTED"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			u, err := url.Parse(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ratecord.RedactURL(u); got != tc.want {
+				t.Errorf("RedactURL(%q) = %q; want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+	if got := ratecord.RedactURL(nil); got != "" {
+		t.Errorf("ratecord.RedactURL(nil) = %q; want \"\"", got)
+	}
+}

@@ -175,7 +175,7 @@ func send(t *testing.T, c *api.Client, l load, tag string) map[discord.MessageID
 					content := fmt.Sprintf("%s worker %d message %d", tag, w, i)
 					msg, err := c.SendMessage(ch, content)
 					if err != nil {
-						t.Errorf("SendMessage(%s, %q): %v", ch, content, err)
+						t.Errorf("SendMessage(%s, %q): %v", ch, content, ratecord.RedactError(err))
 						return
 					}
 					if msg.ChannelID != ch || msg.Content != content || !msg.ID.IsValid() {

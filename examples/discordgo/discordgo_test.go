@@ -124,7 +124,7 @@ func send(t *testing.T, session *discordgo.Session, l load, tag string) map[stri
 					content := fmt.Sprintf("%s worker %d message %d", tag, w, i)
 					msg, err := session.ChannelMessageSend(channel, content, discordgo.WithContext(t.Context()))
 					if err != nil {
-						t.Errorf("ChannelMessageSend(%s, %q): %v", channel, content, err)
+						t.Errorf("ChannelMessageSend(%s, %q): %v", channel, content, ratecord.RedactError(err))
 						return
 					}
 					if msg.ChannelID != channel || msg.Content != content || msg.ID == "" {

@@ -85,7 +85,7 @@ func sendMessages(t *testing.T, opts ...rest.ClientConfigOpt) {
 					content := fmt.Sprintf("worker %d message %d", w, i)
 					msg, err := channels.CreateMessage(ch, discord.MessageCreate{Content: content}, rest.WithCtx(t.Context()))
 					if err != nil {
-						t.Errorf("CreateMessage(%s, %q): %v", ch, content, err)
+						t.Errorf("CreateMessage(%s, %q): %v", ch, content, ratecord.RedactError(err))
 						return
 					}
 					if msg.ChannelID != ch || msg.Content != content || msg.ID == 0 {

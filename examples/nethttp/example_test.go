@@ -42,7 +42,7 @@ func Example() {
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
-				fmt.Println(err)
+				fmt.Println(ratecord.RedactError(err)) // never the error itself: a webhook's token is in its URL
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)

@@ -48,7 +48,7 @@ func post(t *testing.T, client *http.Client, base, channel, content string) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Errorf("POST to channel %s: %v", channel, err)
+		t.Errorf("POST to channel %s: %v", channel, ratecord.RedactError(err))
 		return
 	}
 	body, err := io.ReadAll(resp.Body)

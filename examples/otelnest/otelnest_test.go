@@ -114,7 +114,7 @@ func send(t *testing.T, c *http.Client, method, url string) {
 	req.Header.Set("Authorization", "Bot token")
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatal(ratecord.RedactError(err))
 	}
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
@@ -189,7 +189,7 @@ func TestAttemptsNestUnderRatecordsSpan(t *testing.T) {
 func status(s sdktrace.ReadOnlySpan) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == "http.response.status_code" {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -320,7 +320,7 @@ func attrs(kvs []attribute.KeyValue) string {
 	for _, k := range shown {
 		for _, kv := range kvs {
 			if kv.Key == k {
-				v := kv.Value.Emit()
+				v := kv.Value.String()
 				if kv.Value.Type() == attribute.FLOAT64 {
 					v = fmt.Sprintf("%.3f", kv.Value.AsFloat64())
 				}

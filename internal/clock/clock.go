@@ -54,12 +54,11 @@ type Fake struct {
 func NewFake(start time.Time) *Fake { return &Fake{now: start} }
 
 type fakeTimer struct {
-	c     *Fake
-	at    time.Time
-	seq   int
-	f     func()
-	ch    chan time.Time
-	fired bool
+	c   *Fake
+	at  time.Time
+	seq int
+	f   func()
+	ch  chan time.Time
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }

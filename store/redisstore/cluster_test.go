@@ -66,8 +66,8 @@ func startCluster(t *testing.T) *redis.ClusterClient {
 		err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
 			return c.Ping(ctx).Err()
 		})
-		slots, serr := cc.ClusterSlots(ctx).Result()
-		if err == nil && serr == nil && len(slots) == 3 {
+		shards, serr := cc.ClusterShards(ctx).Result()
+		if err == nil && serr == nil && len(shards) == 3 {
 			break
 		}
 		if ctx.Err() != nil {

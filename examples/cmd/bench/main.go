@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -33,6 +34,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := bench.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, Discordgo(), bench.Limiter{Name: NameRedisRate, Redis: RedisRate})
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h: the flags were printed
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
