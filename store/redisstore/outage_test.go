@@ -194,7 +194,7 @@ func TestOutageWorker(t *testing.T) {
 	if worker == "" {
 		t.Skip("a worker process of TestOutage")
 	}
-	// Worker 0 uses the client settings the README recommends, the others
+	// Worker 0 uses the client settings docs/redis.md recommends, the others
 	// go-redis' defaults: the store must not depend on them.
 	opts := &redis.Options{Addr: os.Getenv(envOutageRedis)}
 	if worker == "0" {
