@@ -58,7 +58,13 @@ func (s *Store) localGrant(ctx context.Context, c store.Claim) (*store.Reservati
 // sliding window, send again while the others' requests still count. So a
 // process takes its share at most once per window: the local bucket is
 // spent by each response and refills after the longest window seen on the
-// route (window), if that is later than the reset.
+// route (window), if that is later than the reset. A bucket of fewer
+// requests per window than there are shares (a limit of 1, and 4 shares)
+// gives each process one request per as many windows as make a whole
+// request of its share: 1 in 4 windows, not 1 in each. That bounds what
+// the processes send together on average, not in every window: two of
+// them may still meet in one window of such a bucket, which only a shared
+// store can prevent.
 func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
 	if u.Scope == store.ScopeBlocked {
 		// The Store's own gates hold the block; the local limiter need
@@ -66,10 +72,14 @@ func (s *Store) localUpdate(u store.Update, window time.Duration) store.Update {
 		u.Scope, u.RetryAfter, u.Ban = store.ScopeShared, 0, false
 	}
 	if u.HasLimit && s.share > 1 {
+		per := window
+		if u.Limit > 0 && u.Limit < s.share {
+			per = min(window*time.Duration(s.share)/time.Duration(u.Limit), maxHold)
+		}
 		u.Limit = max(1, u.Limit/s.share)
 		u.Remaining = 0
 		if u.ResetAfter >= 0 {
-			u.ResetAfter = max(u.ResetAfter, window-s.pol.ResetOffset)
+			u.ResetAfter = max(u.ResetAfter, per-s.pol.ResetOffset)
 		}
 	}
 	return u
