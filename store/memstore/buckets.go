@@ -76,6 +76,7 @@ func (s *Store) route(cr *cred, name string, now int64) *route {
 		r = &route{}
 		cr.routes[name] = r
 		s.nroutes++
+		s.armSweep(now) // sooner when the store now holds more routes than it keeps idle
 	}
 	r.seen = now
 	return r

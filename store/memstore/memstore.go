@@ -94,7 +94,9 @@ func WithPolicy(p store.Policy) Option {
 // forgotten, and so are the credentials left without routes once nothing
 // of them is in flight or waiting. Of such a credential the store keeps, in
 // 8 bytes, what its limits still need: the requests that count in its
-// global window, and the reset of a bucket it has spent. State in use
+// global window, and the reset of a bucket it has spent. Of the routes
+// unused for ten seconds it keeps at most n/32, so that the memory of a
+// burst of many credentials goes within seconds of its end. State in use
 // (requests in flight or waiting, pauses, cooldowns) is never dropped, even
 // beyond the bound. The default is [DefaultMaxEntries]; a value below one
 // is ignored.
@@ -107,8 +109,9 @@ func WithMaxEntries(n int) Option {
 }
 
 // New returns an empty Store. It starts no goroutine: timers run only while
-// requests wait, and while it holds state, a timer sweeps it every minute.
-// Call Close to stop them.
+// requests wait, and while it holds state, a timer sweeps it every minute
+// (every ten seconds while it holds more routes than it keeps idle). Call
+// Close to stop them.
 func New(opts ...Option) *Store {
 	s := &Store{
 		clock:      clock.Real{},

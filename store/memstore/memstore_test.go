@@ -288,6 +288,50 @@ func TestBoundKeepsActiveState(t *testing.T) {
 	}
 }
 
+// TestIdleRoutesForgotten passes 5,000 credentials, one request each, then
+// a bot that sends on 100 routes, and lets the store idle: within 21 s it
+// keeps no more than 1,024 routes (its idle share, at the default bound),
+// the bot's among them, and the credentials of the burst are gone; the
+// bot's routes stay known after a minute more.
+func TestIdleRoutesForgotten(t *testing.T) {
+	s, clk := newFake(t)
+	const burst, routes, most = 5000, 100, DefaultMaxEntries / 32
+	for i := range burst {
+		c := claim("POST /channels/:id/messages", "channels/1")
+		c.Credential, c.Global = fmt.Sprintf("cred-%d", i), true
+		update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
+	}
+	clk.Advance(time.Second)
+	for i := range routes {
+		c := claim(fmt.Sprintf("GET /r%d", i), "")
+		update(t, s, acquire(t, s, c), headers(c, fmt.Sprint("b", i), 5, 4, time.Second))
+	}
+	idle := func(d time.Duration) {
+		for range d / time.Second {
+			clk.Advance(time.Second)
+			waitFor(t, func() bool { return clk.Timers() > 0 }, "the sweep timer")
+		}
+	}
+	held := func() (creds, nroutes, bot int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if cr := s.creds["bot"]; cr != nil {
+			bot = len(cr.routes)
+		}
+		return len(s.creds), s.nroutes, bot
+	}
+	idle(21 * time.Second)
+	creds, nroutes, bot := held()
+	if nroutes > most || creds > most+1 || bot != routes {
+		t.Errorf("21s idle after %d credentials: %d credentials and %d routes held, %d of the bot's; want at most %d, and all %d",
+			burst, creds, nroutes, bot, most, routes)
+	}
+	idle(time.Minute)
+	if _, _, bot := held(); bot != routes {
+		t.Errorf("after a minute more, %d of the bot's %d routes held; want all", bot, routes)
+	}
+}
+
 // TestGlobalWindowExact checks the sliding global window to the millisecond.
 func TestGlobalWindowExact(t *testing.T) {
 	s, clk := newFake(t)

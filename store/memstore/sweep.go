@@ -8,13 +8,17 @@ import (
 // windows have reset and that nobody uses, the routes unused for routeTTL,
 // expired cooldowns, and the credentials left with nothing. It runs when
 // the store has grown by half since the last one, and at least every
-// sweepEvery: on a request, or by a timer while the store holds state and
-// no request comes.
+// sweepEvery (idleAfter while the store holds more routes than it keeps
+// idle, see below): on a request, or by a timer while the store holds
+// state and no request comes.
 //
 // Beyond that, the store keeps at most maxEntries credentials and routes
 // (folded credentials count too, foldShare for one): a sweep that finds
 // more drops the least recently used routes, down to three quarters of the
-// bound. A forgotten route is as one never seen: its next
+// bound. Of the routes unused for idleAfter it keeps the most recently used
+// maxEntries/idleShare: a burst of many credentials is forgotten within
+// seconds of its end, while the routes of a bot with few credentials stay
+// known for routeTTL. A forgotten route is as one never seen: its next
 // request probes its bucket again, one request at a time until the
 // response names it. A credential left without routes is folded into a
 // record of 8 bytes (see fold.go) as soon as nothing of it is in flight or
@@ -37,6 +41,11 @@ const (
 	// DefaultMaxEntries is how many credentials and routes a Store keeps
 	// unless told otherwise: a few tens of megabytes at most.
 	DefaultMaxEntries = 1 << 15
+	// idleAfter is how long a route is unused before it counts against the
+	// share of the bound kept idle (ms).
+	idleAfter = 10_000
+	// idleShare divides the bound into the routes kept idle.
+	idleShare = 32
 	// foldShare is how many folded windows (see fold.go) count as one
 	// credential or route against the bound: about the ratio of their
 	// sizes.
@@ -47,9 +56,9 @@ const (
 func (s *Store) size() int { return s.nbuckets + s.nroutes + len(s.creds) }
 
 // maybeSweep sweeps when the store has grown enough since the last sweep,
-// or sweepEvery has passed.
+// or every() has passed.
 func (s *Store) maybeSweep(now int64) {
-	if s.size() < s.sweepAt && now-s.lastSweep < sweepEvery {
+	if s.size() < s.sweepAt && now-s.lastSweep < s.every() {
 		return
 	}
 	s.sweep(now)
@@ -131,23 +140,43 @@ func (cr *cred) idle(now int64) bool {
 	return cr.global.empty(now)
 }
 
+// every returns the longest time between two sweeps (ms): idleAfter while
+// the store holds more routes than it keeps idle, so that they go within
+// two idleAfter of their last use, else sweepEvery.
+func (s *Store) every() int64 {
+	if s.nroutes > s.idleMax() {
+		return idleAfter
+	}
+	return sweepEvery
+}
+
+// idleMax is how many of the routes unused for idleAfter the store keeps.
+func (s *Store) idleMax() int { return max(s.maxEntries/idleShare, 1) }
+
 // evict drops the least recently used routes (a few more when several
 // were last used in the same millisecond) when the store holds more than
-// the bound, down to three quarters of it, and folds or drops the
+// the bound, or more idle routes than it keeps, and folds or drops the
 // credentials left without routes.
 func (s *Store) evict(now int64) {
 	over := s.nroutes + len(s.creds) + len(s.folds)/foldShare - s.maxEntries
-	if over <= 0 {
+	if over <= 0 && s.nroutes <= s.idleMax() {
 		return
 	}
 	seen := make([]int64, 0, s.nroutes)
+	idle := 0
 	for _, cr := range s.creds {
 		for _, r := range cr.routes {
 			seen = append(seen, r.seen)
+			if now-r.seen >= idleAfter {
+				idle++
+			}
 		}
 	}
-	n := min(over+s.maxEntries/4, len(seen))
-	if n <= 0 {
+	n := idle - s.idleMax()
+	if over > 0 {
+		n = max(n, over+s.maxEntries/4)
+	}
+	if n = min(n, len(seen)); n <= 0 {
 		return
 	}
 	slices.Sort(seen)
@@ -184,17 +213,17 @@ func shrink[K comparable, V any](m *map[K]V, peak int) int {
 	return n
 }
 
-// armSweep makes sure a sweep runs within sweepEvery while the store holds
-// state, even when no request comes to trigger one.
+// armSweep makes sure a sweep runs within every() of the last one while
+// the store holds state, even when no request comes to trigger one.
 func (s *Store) armSweep(now int64) {
-	if s.closed || s.sweeper.armed() || len(s.creds)+len(s.folds) == 0 {
+	if s.closed || len(s.creds)+len(s.folds) == 0 {
 		return
 	}
-	s.wake(&s.sweeper, now, now+sweepEvery, func() {
+	s.wake(&s.sweeper, now, max(s.lastSweep+s.every(), now+1), func() {
 		if s.closed {
 			return
 		}
-		if now := s.now(); now-s.lastSweep >= sweepEvery {
+		if now := s.now(); now-s.lastSweep >= s.every() {
 			s.sweep(now)
 		} else {
 			s.armSweep(now)
