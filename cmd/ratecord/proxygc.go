@@ -22,6 +22,15 @@ const proxyGCPercent = 25
 // gcTuneInterval is how often the memory limit follows the live heap.
 const gcTuneInterval = 100 * time.Millisecond
 
+// gcIdleCollect is how long the collector may rest while the limit is above
+// the floor. With GOGC off, nothing collects until the heap reaches the
+// limit, which a large live heap (a burst of many tokens) raised: memory
+// the proxy no longer uses (the store forgets idle credentials within
+// seconds) would stay until the next burst. A collection after this long
+// finds it free, brings the limit back down and returns it to the system:
+// within a minute of idling.
+const gcIdleCollect = 30 * time.Second
+
 // gcTuner runs the garbage collector by a soft memory limit instead of by
 // GOGC: the limit is proxyMemoryFloor, or the runtime's memory besides the
 // heap plus the live heap and a quarter, whichever is larger. A proxy's
@@ -34,10 +43,13 @@ const gcTuneInterval = 100 * time.Millisecond
 // It owns one goroutine, started by startGCTuner and ended by stop, which
 // also restores the collector's previous settings.
 type gcTuner struct {
-	floor   int64
-	percent int64
-	samples []metrics.Sample
-	cycles  uint64 // the collections counted at the last update
+	floor     int64
+	percent   int64
+	samples   []metrics.Sample
+	cycles    uint64    // the collections counted at the last update
+	limit     int64     // the limit set at the last update
+	collected time.Time // when an update last saw a new collection
+	forced    int       // the collections it ran, for tests
 
 	oldPercent int
 	oldLimit   int64
@@ -48,7 +60,18 @@ type gcTuner struct {
 // startGCTuner turns GOGC off, sets the memory limit to floor and starts
 // following the live heap.
 func startGCTuner(floor, percent int64) *gcTuner {
-	t := &gcTuner{floor: floor, percent: percent, quit: make(chan struct{}), done: make(chan struct{})}
+	t := newGCTuner(floor, percent, time.Now())
+	// The limit first, so that the collector is never without a bound.
+	t.oldLimit = debug.SetMemoryLimit(floor)
+	t.oldPercent = debug.SetGCPercent(-1)
+	go t.run()
+	return t
+}
+
+// newGCTuner returns a tuner that has not touched the collector's settings
+// yet, as of now.
+func newGCTuner(floor, percent int64, now time.Time) *gcTuner {
+	t := &gcTuner{floor: floor, percent: percent, limit: floor, collected: now, quit: make(chan struct{}), done: make(chan struct{})}
 	// The order update reads them in.
 	for _, name := range []string{
 		"/gc/cycles/total:gc-cycles",
@@ -61,10 +84,6 @@ func startGCTuner(floor, percent int64) *gcTuner {
 	} {
 		t.samples = append(t.samples, metrics.Sample{Name: name})
 	}
-	// The limit first, so that the collector is never without a bound.
-	t.oldLimit = debug.SetMemoryLimit(floor)
-	t.oldPercent = debug.SetGCPercent(-1)
-	go t.run()
 	return t
 }
 
@@ -74,8 +93,8 @@ func (t *gcTuner) run() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-tick.C:
-			t.update()
+		case now := <-tick.C:
+			t.update(now)
 		case <-t.quit:
 			return
 		}
@@ -83,19 +102,27 @@ func (t *gcTuner) run() {
 }
 
 // update sets the limit from the last collection's live heap, if a
-// collection ran since the last update.
-func (t *gcTuner) update() {
+// collection ran since the last update; at now, it first runs one if none
+// ran for gcIdleCollect while the limit is above the floor.
+func (t *gcTuner) update(now time.Time) {
 	metrics.Read(t.samples)
 	cycles := t.samples[0].Value.Uint64()
 	if cycles == t.cycles {
-		return
+		if t.limit <= t.floor || now.Sub(t.collected) < gcIdleCollect {
+			return
+		}
+		debug.FreeOSMemory() // a collection, and the free memory returned
+		t.forced++
+		metrics.Read(t.samples)
+		cycles = t.samples[0].Value.Uint64()
 	}
-	t.cycles = cycles
+	t.cycles, t.collected = cycles, now
 	v := func(i int) uint64 { return t.samples[i].Value.Uint64() }
 	live := v(1)
 	heap := v(3) + v(4) + v(5) + v(6) // released, objects, free, unused
 	other := v(2) - min(heap, v(2))   // stacks, the runtime's metadata, buffers
-	debug.SetMemoryLimit(memoryLimit(t.floor, t.percent, live, other))
+	t.limit = memoryLimit(t.floor, t.percent, live, other)
+	debug.SetMemoryLimit(t.limit)
 }
 
 // memoryLimit returns the soft memory limit for a live heap of live bytes

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
 func TestMemoryLimit(t *testing.T) {
@@ -46,7 +47,7 @@ func TestGCTunerRestores(t *testing.T) {
 	}
 	for range 3 {
 		runtime.GC()
-		tuner.update()
+		tuner.update(time.Now())
 		if got := debug.SetMemoryLimit(-1); got < floor {
 			t.Errorf("memory limit while tuning = %d; want at least the floor %d", got, floor)
 		}
@@ -57,5 +58,49 @@ func TestGCTunerRestores(t *testing.T) {
 	}
 	if got := debug.SetMemoryLimit(-1); got != limit {
 		t.Errorf("memory limit after stop = %d; want %d", got, limit)
+	}
+}
+
+// TestGCTunerCollectsWhenIdle raises the limit with a large live heap, lets
+// it go, and checks that the tuner collects once no collection ran for
+// gcIdleCollect, not before, and brings the limit back to the floor. Not
+// parallel: the settings are the process's.
+func TestGCTunerCollectsWhenIdle(t *testing.T) {
+	const floor = 16 << 20
+	percent := debug.SetGCPercent(-1)
+	limit := debug.SetMemoryLimit(-1)
+	defer func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(limit)
+	}()
+	now := time.Now()
+	tuner := newGCTuner(floor, 25, now)
+	big := make([]byte, 64<<20)
+	for i := range big {
+		big[i] = 1
+	}
+	runtime.GC()
+	tuner.update(now)
+	if got := debug.SetMemoryLimit(-1); got < 64<<20 {
+		t.Fatalf("memory limit with 64 MiB live = %d; want above it", got)
+	}
+	runtime.KeepAlive(big)
+	big = nil
+
+	tuner.update(now.Add(gcIdleCollect - time.Second))
+	if tuner.forced != 0 {
+		t.Errorf("the tuner collected %d times before gcIdleCollect; want none", tuner.forced)
+	}
+	tuner.update(now.Add(gcIdleCollect))
+	if tuner.forced != 1 {
+		t.Errorf("the tuner collected %d times once no collection ran for gcIdleCollect; want 1", tuner.forced)
+	}
+	if got := debug.SetMemoryLimit(-1); got != floor {
+		t.Errorf("memory limit after the idle collection = %d; want the floor %d", got, floor)
+	}
+	// At the floor it lets the collector rest.
+	tuner.update(now.Add(3 * gcIdleCollect))
+	if tuner.forced != 1 {
+		t.Errorf("the tuner collected %d times at the floor; want no more", tuner.forced)
 	}
 }

@@ -76,6 +76,7 @@ func (s *Store) route(cr *cred, name string, now int64) *route {
 		r = &route{}
 		cr.routes[name] = r
 		s.nroutes++
+		s.armSweep(now) // sooner when the store now holds more routes than it keeps idle
 	}
 	r.seen = now
 	return r
@@ -107,7 +108,7 @@ func (s *Store) resolve(cr *cred, routeName, major string, now int64) *bucket {
 		}
 	}
 	if b == nil {
-		b = &bucket{key: k, c: cr}
+		b = cr.newBucket(k, now)
 		b.Probe = k.route != ""
 		cr.buckets[k] = b
 		s.nbuckets++
@@ -119,13 +120,23 @@ func (s *Store) resolve(cr *cred, routeName, major string, now int64) *bucket {
 	return b
 }
 
+// newBucket returns a new bucket of cr named k, paused while cr holds the
+// requests of an exhausted bucket it forgot (see fold.go).
+func (cr *cred) newBucket(k bkey, now int64) *bucket {
+	b := &bucket{key: k, c: cr}
+	if cr.until > now {
+		b.Pause = cr.until
+	}
+	return b
+}
+
 // unlimited returns the credential's bucket for routes without one: it
 // never runs out, but pauses like any other.
 func (s *Store) unlimited(cr *cred, now int64) *bucket {
 	k := bkey{route: "\x00none"}
 	b := cr.buckets[k]
 	if b == nil {
-		b = &bucket{key: k, c: cr}
+		b = cr.newBucket(k, now)
 		b.Unlimited = true
 		cr.buckets[k] = b
 		s.nbuckets++

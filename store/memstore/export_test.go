@@ -12,3 +12,17 @@ func (s *Store) Entries() (creds, routes, buckets int) {
 	defer s.mu.Unlock()
 	return len(s.creds), s.nroutes, s.nbuckets
 }
+
+// Folded returns how many credentials s keeps as records (see fold.go),
+// and how many of those hold their buckets.
+func (s *Store) Folded() (folds, held int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, f := range s.folds {
+		if f.until(now) > now {
+			held++
+		}
+	}
+	return len(s.folds), held
+}

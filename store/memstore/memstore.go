@@ -12,11 +12,15 @@
 // Idle state is swept as the store grows and on a timer while it holds
 // state, and the number of credentials and routes kept is bounded (see
 // [WithMaxEntries]), so memory stays bounded however many distinct
-// credentials, routes and tokens pass.
+// credentials, routes and tokens pass, and however fast: a credential
+// beyond the bound whose requests still count in its global window costs
+// a few tens of bytes until they no longer do.
 package memstore
 
 import (
 	"context"
+	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -49,6 +53,15 @@ type Store struct {
 	gates      *edge.Gates // Cloudflare blocks
 	hold       int64       // pol.GlobalHold in milliseconds
 	offset     int64       // pol.ResetOffset in milliseconds
+	span       int64       // pol.GlobalWindow in milliseconds
+
+	// What the limits still need of the credentials the bound forgot (see
+	// fold.go), by digest under seed.
+	seed       maphash.Seed
+	folds      map[uint64]fold
+	foldsMin   int64 // at most the earliest moment a record in folds lapses
+	foldsPeak  int   // most records held since folds was allocated
+	foldsSwept int64 // when sweepFolds last looked at them
 }
 
 var _ store.Store = (*Store)(nil)
@@ -78,10 +91,15 @@ func WithPolicy(p store.Policy) Option {
 
 // WithMaxEntries bounds the number of credentials and routes the store
 // keeps to about n: beyond it, the least recently used routes are
-// forgotten, and the credentials left with nothing. State the limits still
-// need (requests in flight or waiting, pauses, open windows) is never
-// dropped, even beyond the bound. The default is [DefaultMaxEntries]; a
-// value below one is ignored.
+// forgotten, and so are the credentials left without routes once nothing
+// of them is in flight or waiting. Of such a credential the store keeps, in
+// 8 bytes, what its limits still need: the requests that count in its
+// global window, and the reset of a bucket it has spent. Of the routes
+// unused for ten seconds it keeps at most n/32, so that the memory of a
+// burst of many credentials goes within seconds of its end. State in use
+// (requests in flight or waiting, pauses, cooldowns) is never dropped, even
+// beyond the bound. The default is [DefaultMaxEntries]; a value below one
+// is ignored.
 func WithMaxEntries(n int) Option {
 	return optionFunc(func(s *Store) {
 		if n > 0 {
@@ -91,12 +109,16 @@ func WithMaxEntries(n int) Option {
 }
 
 // New returns an empty Store. It starts no goroutine: timers run only while
-// requests wait, and while it holds state, a timer sweeps it every minute.
-// Call Close to stop them.
+// requests wait, and while it holds state, a timer sweeps it every minute
+// (every ten seconds while it holds more routes than it keeps idle). Call
+// Close to stop them.
 func New(opts ...Option) *Store {
 	s := &Store{
 		clock:      clock.Real{},
 		creds:      make(map[string]*cred),
+		folds:      make(map[uint64]fold),
+		foldsMin:   math.MaxInt64,
+		seed:       maphash.MakeSeed(),
 		done:       make(chan struct{}),
 		sweepAt:    minSweep,
 		maxEntries: DefaultMaxEntries,
@@ -111,6 +133,7 @@ func New(opts ...Option) *Store {
 	s.gates.SetOffset(s.pol.ResetOffset)
 	s.hold = millis(s.pol.GlobalHold)
 	s.offset = millis(s.pol.ResetOffset)
+	s.span = millis(s.pol.GlobalWindow)
 	// The model reads 0 as "never": the store's time starts well after it.
 	s.epoch = s.clock.Now().Add(-time.Hour)
 	s.lastSweep = s.now()
@@ -143,6 +166,7 @@ type cred struct {
 	subs     map[subKey]*sublimit // hidden sublimits, by the requests they hold
 	alarm    alarm                // pumps the global queue when its window opens
 	lastUsed int64
+	until    int64 // the buckets it makes are paused until then (see fold.go)
 
 	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
 }
@@ -463,6 +487,7 @@ func (s *Store) cred(id string, now int64) *cred {
 	if cr == nil {
 		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]int64)}
 		s.creds[id] = cr
+		s.unfold(cr, now)
 		s.armSweep(now)
 	}
 	cr.lastUsed = now

@@ -216,29 +216,51 @@ func TestMemoryBoundedDistinctRoutes(t *testing.T) {
 }
 
 // TestBoundKeepsActiveState fills a store bounded to 100 credentials and
-// routes with 2,000 credentials whose global windows are full. The store
-// keeps them all, beyond the bound, so each still waits for its window;
-// it sweeps a few times, not on every request; and once the windows have
-// passed, the bound applies again.
+// routes with 2,000 credentials whose global windows are full, and 200
+// more whose requests are still out. It keeps the 200 whole, beyond the
+// bound, and folds the others into records (see fold.go), losing none; each
+// still waits for its window; it sweeps now and then, not on every request;
+// and once the windows have passed, the bound applies again and no record
+// is left.
 func TestBoundKeepsActiveState(t *testing.T) {
 	clk := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := New(withClock(clk), WithMaxEntries(100))
 	t.Cleanup(func() { s.Close() })
-	const n = 2000
+	const n, out = 2000, 200
 	c := claim("POST /channels/:id/messages", "channels/1")
 	c.Global, c.GlobalLimit = true, 1
-	for i := range n {
+	var outstanding []*store.Reservation
+	for i := range n + out {
 		c.Credential = fmt.Sprintf("cred-%d", i)
-		update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
+		p := acquire(t, s, c)
+		if i < n {
+			update(t, s, p, headers(c, "h", 5, 4, time.Second))
+		} else {
+			outstanding = append(outstanding, p)
+		}
 	}
 	s.mu.Lock()
+	s.sweep(s.now())
 	creds, sweeps := len(s.creds), s.sweeps
-	s.mu.Unlock()
-	if creds != n {
-		t.Fatalf("%d credentials held with a bound of 100; want all %d, whose windows are full", creds, n)
+	lost := 0
+	for i := range n + out {
+		id := fmt.Sprintf("cred-%d", i)
+		_, folded := s.folds[s.digest(id)]
+		if s.creds[id] == nil && (!folded || i >= n) {
+			lost++
+		}
 	}
-	if sweeps > 20 {
-		t.Errorf("%d sweeps for %d credentials; want a few", sweeps, n)
+	s.mu.Unlock()
+	if lost > 0 {
+		t.Fatalf("%d of %d credentials whose windows are full neither held nor folded", lost, n+out)
+	}
+	if creds > out+100 {
+		t.Errorf("%d credentials held whole with a bound of 100 and %d requests out; want at most %d", creds, out, out+100)
+	}
+	// A sweep comes no sooner than minSweep/4 additions to the store (a
+	// credential adds its route and a bucket or two), not on every request.
+	if most := 4 * (n + out) / (minSweep / 4); sweeps > most+1 {
+		t.Errorf("%d sweeps for %d credentials; want at most %d", sweeps, n+out, most+1)
 	}
 	c.MaxWait = 10 * time.Millisecond
 	for i := 0; i < n; i += 97 {
@@ -249,6 +271,9 @@ func TestBoundKeepsActiveState(t *testing.T) {
 			t.Fatalf("Acquire on %s, whose global window is full, beyond the bound = %v; want ErrWaitTooLong, scope global", c.Credential, err)
 		}
 	}
+	for _, p := range outstanding {
+		update(t, s, p, headers(p.Claim, "h", 5, 4, time.Second))
+	}
 
 	clk.Advance(2 * time.Second)
 	c.MaxWait = 0
@@ -256,10 +281,54 @@ func TestBoundKeepsActiveState(t *testing.T) {
 	update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
 	s.mu.Lock()
 	s.sweep(s.now())
-	held := len(s.creds) + s.nroutes
+	held, folds := len(s.creds)+s.nroutes, len(s.folds)
 	s.mu.Unlock()
-	if held > 100 {
-		t.Errorf("%d credentials and routes held once the windows passed; want at most 100", held)
+	if held > 100 || folds > 0 {
+		t.Errorf("%d credentials and routes held and %d records once the windows passed; want at most 100 and none", held, folds)
+	}
+}
+
+// TestIdleRoutesForgotten passes 5,000 credentials, one request each, then
+// a bot that sends on 100 routes, and lets the store idle: within 21 s it
+// keeps no more than 1,024 routes (its idle share, at the default bound),
+// the bot's among them, and the credentials of the burst are gone; the
+// bot's routes stay known after a minute more.
+func TestIdleRoutesForgotten(t *testing.T) {
+	s, clk := newFake(t)
+	const burst, routes, most = 5000, 100, DefaultMaxEntries / 32
+	for i := range burst {
+		c := claim("POST /channels/:id/messages", "channels/1")
+		c.Credential, c.Global = fmt.Sprintf("cred-%d", i), true
+		update(t, s, acquire(t, s, c), headers(c, "h", 5, 4, time.Second))
+	}
+	clk.Advance(time.Second)
+	for i := range routes {
+		c := claim(fmt.Sprintf("GET /r%d", i), "")
+		update(t, s, acquire(t, s, c), headers(c, fmt.Sprint("b", i), 5, 4, time.Second))
+	}
+	idle := func(d time.Duration) {
+		for range d / time.Second {
+			clk.Advance(time.Second)
+			waitFor(t, func() bool { return clk.Timers() > 0 }, "the sweep timer")
+		}
+	}
+	held := func() (creds, nroutes, bot int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if cr := s.creds["bot"]; cr != nil {
+			bot = len(cr.routes)
+		}
+		return len(s.creds), s.nroutes, bot
+	}
+	idle(21 * time.Second)
+	creds, nroutes, bot := held()
+	if nroutes > most || creds > most+1 || bot != routes {
+		t.Errorf("21s idle after %d credentials: %d credentials and %d routes held, %d of the bot's; want at most %d, and all %d",
+			burst, creds, nroutes, bot, most, routes)
+	}
+	idle(time.Minute)
+	if _, _, bot := held(); bot != routes {
+		t.Errorf("after a minute more, %d of the bot's %d routes held; want all", bot, routes)
 	}
 }
 
