@@ -352,6 +352,12 @@ type Result struct {
 	Store2xxPerCore   float64 `json:"redis_2xx_per_s_per_core,omitempty"`
 	// DeadlineMS is the deadline of the scenario's requests, if any.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
+	// Freeze is the range of the run's freezes of worker processes
+	// (-freeze), "" without; Freezes counts the freezes and FrozenSeconds
+	// adds up their lengths.
+	Freeze        string  `json:"freeze,omitempty"`
+	Freezes       int     `json:"freezes,omitempty"`
+	FrozenSeconds float64 `json:"frozen_seconds,omitempty"`
 
 	late, over, waits []time.Duration // the samples behind the percentiles
 }
@@ -382,6 +388,18 @@ type Options struct {
 	Spawn func(ctx context.Context, run, scenario, limiter, url string, part, parts int, d time.Duration) (WorkerReport, error)
 	// Progress receives a line per run; may be nil.
 	Progress io.Writer
+	// Freeze, if its Max is positive, has a freezer stop one worker
+	// process at a time for the whole of each run (-freeze): it pauses for
+	// a duration drawn uniformly from [0, 1 s), stops a random running
+	// worker (SIGSTOP) for a duration drawn uniformly from the range,
+	// continues it (SIGCONT), and again. Only processes that Spawn
+	// reports with [Started] are stopped.
+	Freeze FreezeRange
+}
+
+// runLength is how long a run of sc lasts.
+func (o Options) runLength(sc Scenario) time.Duration {
+	return max(o.Duration, sc.MinDuration)
 }
 
 // Run measures every limiter on every scenario, o.Repeat times each, and
@@ -404,16 +422,19 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 		for _, lim := range limiters {
 			for i := 1; i <= repeat; i++ {
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), max(o.Duration, sc.MinDuration))
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), o.runLength(sc))
 				}
 				start := time.Now()
-				r, err := runOne(ctx, sc, lim, o, probes[lim.Name])
+				r, err := runOne(ctx, sc, lim, o, probes[lim.Name], i)
 				if err != nil {
 					return out, fmt.Errorf("%s/%s run %d: %w", sc.Name, lim.Name, i, err)
 				}
-				r.Run = i
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, time.Since(start).Seconds())
+					faults := ""
+					if r.Freeze != "" {
+						faults += fmt.Sprintf(", %d freezes (%.1fs)", r.Freezes, r.FrozenSeconds)
+					}
+					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s%s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, faults, time.Since(start).Seconds())
 				}
 				out = append(out, r)
 				if ctx.Err() != nil {
@@ -475,8 +496,9 @@ func openProbe(ctx context.Context, lim Limiter, progress io.Writer) *probed {
 	return &probed{probe: p, idle: idle}
 }
 
-func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *probed) (Result, error) {
-	o.Duration = max(o.Duration, sc.MinDuration)
+// runOne runs scenario sc with limiter lim once, as run i of them.
+func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *probed, i int) (Result, error) {
+	o.Duration = o.runLength(sc)
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
 	opts = append(opts, discordtest.WithNetwork(o.Network))
 	if sc.GlobalLimit > 0 {
@@ -511,6 +533,14 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	var wg sync.WaitGroup
 	var spawnErr error
 	var mu sync.Mutex
+	set := &workerSet{}
+	var frz *freezer
+	if o.Freeze.Max > 0 {
+		// The freezer starts freezes until the run ends; every process it
+		// stopped is continued before wg.Wait returns.
+		frz = newFreezer(o.Freeze, set)
+		wg.Go(func() { frz.run(runCtx, ctx) })
+	}
 	if sc.Control != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
@@ -532,7 +562,7 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep, err := o.Spawn(ctx, run, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
+				rep, err := o.Spawn(withWorkerSet(ctx, set), run, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil && spawnErr == nil {
@@ -543,8 +573,13 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		}
 	}
 	wg.Wait()
-	if spawnErr != nil {
-		return Result{}, spawnErr
+	var freezes []Freeze
+	var freezeErr error
+	if frz != nil {
+		freezes, freezeErr = frz.freezes()
+	}
+	if err := errors.Join(spawnErr, freezeErr); err != nil {
+		return Result{}, err
 	}
 	var after StoreStats
 	var span time.Duration
@@ -558,7 +593,7 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	}
 	st := srv.Stats()
 	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
-	r.Latency = o.Latency
+	r.Latency, r.Run = o.Latency, i
 	if o.Workers > 0 {
 		r.Workers, r.Goroutines = o.Workers, max(o.Goroutines, 1)
 	}
@@ -572,6 +607,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		}
 	}
 	r.storeCost()
+	if o.Freeze.Max > 0 {
+		r.Freeze, r.Freezes, r.FrozenSeconds = o.Freeze.String(), len(freezes), total(freezes).Seconds()
+	}
 	return r, nil
 }
 
@@ -853,7 +891,8 @@ func (w *Row) aggregate() {
 	runs := w.PerRun
 	n := float64(len(runs))
 	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
-		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate}
+		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate,
+		Freeze: runs[0].Freeze}
 	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
 	for _, r := range runs {
 		a.Seconds += r.Seconds
@@ -885,6 +924,8 @@ func (w *Row) aggregate() {
 		a.StoreCPU += r.StoreCPU
 		a.StoreIdleCPU += r.StoreIdleCPU
 		a.StoreSeconds += r.StoreSeconds
+		a.Freezes += r.Freezes
+		a.FrozenSeconds += r.FrozenSeconds
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
 		a.waits = append(a.waits, r.waits...)
@@ -940,12 +981,15 @@ func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p 
 // shared store, columns of its cost follow: Redis commands sent and
 // executed per 2xx, Redis CPU per 2xx and per second, and the 2xx per
 // second one Redis core would carry (see [Result]). The procs column reads
-// "16w" for 16 workers in one process ([Options].Workers).
+// "16w" for 16 workers in one process ([Options].Workers). Runs with
+// faults add columns of them: the freezes of worker processes and their
+// total length in seconds.
 func PrintTable(w io.Writer, rows []Row) {
-	store, repeated := false, false
+	store, repeated, frozen := false, false, false
 	for _, r := range rows {
 		store = store || r.StoreCommands > 0 || r.StoreSeconds > 0
 		repeated = repeated || r.Runs > 1
+		frozen = frozen || r.Freeze != ""
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "scenario\tlimiter\tprocs\t"
@@ -959,6 +1003,9 @@ func PrintTable(w io.Writer, rows []Row) {
 	head += "avoidable 429\tunavoidable 429\tuser/global/shared\tedge 429\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
 		head += "sent/2xx\texec/2xx\tcpu µs/2xx\tcpu ms/s\t2xx/s/core\t"
+	}
+	if frozen {
+		head += "freezes (s)\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
@@ -991,6 +1038,9 @@ func PrintTable(w io.Writer, rows []Row) {
 		if store {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", figure(r.StoreSentPer2xx, "%.2f"), figure(r.StoreExecPer2xx, "%.2f"),
 				figure(r.StoreCPUPer2xx, "%.1f"), figure(r.StoreCPUPerSecond, "%.2f"), figure(r.Store2xxPerCore, "%.0f"))
+		}
+		if frozen {
+			fmt.Fprintf(tw, "%d (%.1f)\t", r.Freezes, r.FrozenSeconds)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -66,6 +66,11 @@ func policy(cfg ClientConfig) store.Policy {
 // ratecord-redis its own go-redis client and connection pool, store and
 // ratecord transport; its own HTTP transport) and runs at most -goroutines
 // goroutines of every load group of a scenario, so the load grows with N.
+//
+// -freeze MIN-MAX (with -procs 2 or more) stops one worker process at a
+// time with SIGSTOP for a duration drawn uniformly from [MIN, MAX] and
+// continues it with SIGCONT, after a pause drawn uniformly from [0, 1 s),
+// from the start of each run to its end; see [Options].Freeze.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -88,6 +93,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		run       = fs.String("run", "", "internal: the id of the worker's scenario run")
 		redisAddr = fs.String("redis", "", "also measure ratecord with a Redis store on the server at `ADDR` (ratecord-redis), beside memory stores (ratecord-mem), and any contender that keeps its state in Redis")
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
+		freeze    = fs.String("freeze", "", "with -procs 2 or more, stop one random worker process at a time (SIGSTOP) for a random duration in `MIN-MAX` (such as 300ms-1500ms), then continue it (SIGCONT), with a random pause of 0 to 1s between freezes, for the whole of each run")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
@@ -117,6 +123,21 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		return errors.New("-goroutines applies to -workers only")
 	case *perWorker < 1:
 		return fmt.Errorf("-goroutines %d: want at least 1", *perWorker)
+	}
+	var freezeRange FreezeRange
+	if *freeze != "" && !*worker {
+		r, err := ParseFreezeRange(*freeze)
+		switch {
+		case err != nil:
+			return err
+		case !canFreeze:
+			return fmt.Errorf("-freeze: %w", errNoFreeze)
+		case *workers > 0:
+			return errors.New("-freeze stops worker processes: -workers runs its workers in this process; use -procs")
+		case *procs < 2:
+			return fmt.Errorf("-freeze needs -procs 2 or more (have %d): it stops one worker process while the others go on", *procs)
+		}
+		freezeRange = r
 	}
 	all := []Limiter{Ratecord(), NoLimiter()}
 	var redisArgs []string
@@ -174,7 +195,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			lims = append(lims, l)
 		}
 	}
-	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr}
+	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr,
+		Freeze: freezeRange}
 	if *workers > 0 {
 		opts.Procs, opts.Workers, opts.Goroutines = 1, *workers, *perWorker
 	}
@@ -193,7 +215,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			cmd := exec.CommandContext(ctx, exe, cmdArgs...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, stderr
-			if err := cmd.Run(); err != nil {
+			if opts.Freeze.Max > 0 {
+				// A worker stopped when this process dies is killed, not
+				// left stopped.
+				dieWithParent(cmd)
+			}
+			if err := cmd.Start(); err != nil {
+				return WorkerReport{}, fmt.Errorf("worker %d: %w", part, err)
+			}
+			done := Started(ctx, part, cmd.Process)
+			err := cmd.Wait()
+			done()
+			if err != nil {
 				return WorkerReport{}, fmt.Errorf("worker %d: %w", part, err)
 			}
 			var rep WorkerReport
@@ -232,6 +265,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			if sc.WaitNote != "" {
 				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
 			}
+		}
+		if freezeRange.Max > 0 {
+			fmt.Fprintf(stdout, "\nfreezes (s): one worker process at a time stopped (SIGSTOP) for a uniformly random %v to %v, then continued (SIGCONT), after a uniformly random pause of 0 to %v; the freezes of the row's runs and their total length.",
+				freezeRange.Min, freezeRange.Max, freezeGap)
 		}
 		if *workers > 0 {
 			fmt.Fprintf(stdout, "\n%dw: %d workers in this process, each with its own clients, store and HTTP transport, as a process would have, each running up to %d goroutines of every load group.",
