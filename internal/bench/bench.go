@@ -358,6 +358,11 @@ type Result struct {
 	Freeze        string  `json:"freeze,omitempty"`
 	Freezes       int     `json:"freezes,omitempty"`
 	FrozenSeconds float64 `json:"frozen_seconds,omitempty"`
+	// RedisOutage is how long, in seconds, the run's Redis was down before
+	// it was restarted (-redis-restart), 0 without; RedisRestarts counts
+	// the restarts.
+	RedisOutage   float64 `json:"redis_outage_seconds,omitempty"`
+	RedisRestarts int     `json:"redis_restarts,omitempty"`
 
 	late, over, waits []time.Duration // the samples behind the percentiles
 }
@@ -395,11 +400,16 @@ type Options struct {
 	// continues it (SIGCONT), and again. Only processes that Spawn
 	// reports with [Started] are stopped.
 	Freeze FreezeRange
+	// Outage, if set, kills the run's Redis a third of the way into each
+	// run and starts it again, empty, Outage.Down later (-redis-restart);
+	// each run lasts long enough for the server to be back 5 s before its
+	// end (see [RedisOutage]).
+	Outage *RedisOutage
 }
 
 // runLength is how long a run of sc lasts.
 func (o Options) runLength(sc Scenario) time.Duration {
-	return max(o.Duration, sc.MinDuration)
+	return o.Outage.runLength(max(o.Duration, sc.MinDuration))
 }
 
 // Run measures every limiter on every scenario, o.Repeat times each, and
@@ -433,6 +443,9 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 					faults := ""
 					if r.Freeze != "" {
 						faults += fmt.Sprintf(", %d freezes (%.1fs)", r.Freezes, r.FrozenSeconds)
+					}
+					if r.RedisOutage > 0 {
+						faults += fmt.Sprintf(", %d Redis restarts", r.RedisRestarts)
 					}
 					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s%s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, faults, time.Since(start).Seconds())
 				}
@@ -541,6 +554,11 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		frz = newFreezer(o.Freeze, set)
 		wg.Go(func() { frz.run(runCtx, ctx) })
 	}
+	var outage outageRecord
+	var outageErr error
+	if o.Outage != nil {
+		wg.Go(func() { outage, outageErr = o.Outage.cause(ctx, runCtx, start, o.Duration) })
+	}
 	if sc.Control != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
@@ -578,7 +596,7 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	if frz != nil {
 		freezes, freezeErr = frz.freezes()
 	}
-	if err := errors.Join(spawnErr, freezeErr); err != nil {
+	if err := errors.Join(spawnErr, freezeErr, outageErr); err != nil {
 		return Result{}, err
 	}
 	var after StoreStats
@@ -609,6 +627,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	r.storeCost()
 	if o.Freeze.Max > 0 {
 		r.Freeze, r.Freezes, r.FrozenSeconds = o.Freeze.String(), len(freezes), total(freezes).Seconds()
+	}
+	if o.Outage != nil {
+		r.RedisOutage, r.RedisRestarts = o.Outage.Down.Seconds(), outage.Restarts
 	}
 	return r, nil
 }
@@ -892,7 +913,7 @@ func (w *Row) aggregate() {
 	n := float64(len(runs))
 	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
 		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate,
-		Freeze: runs[0].Freeze}
+		Freeze: runs[0].Freeze, RedisOutage: runs[0].RedisOutage}
 	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
 	for _, r := range runs {
 		a.Seconds += r.Seconds
@@ -926,6 +947,7 @@ func (w *Row) aggregate() {
 		a.StoreSeconds += r.StoreSeconds
 		a.Freezes += r.Freezes
 		a.FrozenSeconds += r.FrozenSeconds
+		a.RedisRestarts += r.RedisRestarts
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
 		a.waits = append(a.waits, r.waits...)
@@ -983,13 +1005,14 @@ func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p 
 // second one Redis core would carry (see [Result]). The procs column reads
 // "16w" for 16 workers in one process ([Options].Workers). Runs with
 // faults add columns of them: the freezes of worker processes and their
-// total length in seconds.
+// total length in seconds, and the restarts of Redis.
 func PrintTable(w io.Writer, rows []Row) {
-	store, repeated, frozen := false, false, false
+	store, repeated, frozen, restarted := false, false, false, false
 	for _, r := range rows {
 		store = store || r.StoreCommands > 0 || r.StoreSeconds > 0
 		repeated = repeated || r.Runs > 1
 		frozen = frozen || r.Freeze != ""
+		restarted = restarted || r.RedisOutage > 0
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "scenario\tlimiter\tprocs\t"
@@ -1006,6 +1029,9 @@ func PrintTable(w io.Writer, rows []Row) {
 	}
 	if frozen {
 		head += "freezes (s)\t"
+	}
+	if restarted {
+		head += "redis restarts\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
@@ -1041,6 +1067,9 @@ func PrintTable(w io.Writer, rows []Row) {
 		}
 		if frozen {
 			fmt.Fprintf(tw, "%d (%.1f)\t", r.Freezes, r.FrozenSeconds)
+		}
+		if restarted {
+			fmt.Fprintf(tw, "%d\t", r.RedisRestarts)
 		}
 		fmt.Fprintln(tw)
 	}

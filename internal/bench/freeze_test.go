@@ -51,6 +51,9 @@ func TestFaultFlags(t *testing.T) {
 		{[]string{"-freeze", "1500ms-300ms", "-procs", "4"}, "MAX is below MIN"},
 		{[]string{"-freeze", "300ms", "-procs", "4"}, "MIN-MAX"},
 		{[]string{"-freeze", "0s-1s", "-procs", "4"}, "positive"},
+		{[]string{"-redis-restart", "-1s"}, "positive"},
+		{[]string{"-redis-restart", "3s", "-redis", "127.0.0.1:1"}, "leave out -redis"},
+		{[]string{"-redis-restart", "3s", "-redis-cluster", "127.0.0.1:1"}, "leave out -redis"},
 	} {
 		err := Main(t.Context(), append(tt.args, "-scenario", "saturate"), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
