@@ -405,6 +405,10 @@ type Options struct {
 	// each run lasts long enough for the server to be back 5 s before its
 	// end (see [RedisOutage]).
 	Outage *RedisOutage
+	// Trace, if set, receives for each run a line of its faults and a line
+	// per avoidable 429 with the attempt it was (-trace-avoidable); the
+	// workers then record every attempt.
+	Trace io.Writer
 }
 
 // runLength is how long a run of sc lasts.
@@ -546,6 +550,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	var wg sync.WaitGroup
 	var spawnErr error
 	var mu sync.Mutex
+	if o.Trace != nil {
+		ctx, runCtx = withTrace(ctx), withTrace(runCtx)
+	}
 	set := &workerSet{}
 	var frz *freezer
 	if o.Freeze.Max > 0 {
@@ -631,6 +638,14 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	if o.Outage != nil {
 		r.RedisOutage, r.RedisRestarts = o.Outage.Down.Seconds(), outage.Restarts
 	}
+	if o.Trace != nil {
+		rec.mu.Lock()
+		attempts := rec.attempts
+		rec.mu.Unlock()
+		if err := writeTrace(o.Trace, r, start, st.Log, attempts, freezes, outage); err != nil {
+			return Result{}, fmt.Errorf("trace: %w", err)
+		}
+	}
 	return r, nil
 }
 
@@ -670,9 +685,13 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	}
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	base := &orderTransport{next: &processTransport{next: tr, worker: strconv.Itoa(part)}, book: &rec.order}
+	pt := &processTransport{next: tr, worker: strconv.Itoa(part), part: part}
+	if tracing(ctx) {
+		pt.trace = rec
+	}
+	base := &orderTransport{next: pt, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
-	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
+	env := &Env{API: url + apiPrefix, Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
 	sc.Load(ctx, env)
 	// Closed before the commands are counted: what closing sends is in
 	// the count, as it is in the server's.
@@ -684,6 +703,9 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 		rec.mu.Unlock()
 	}
 }
+
+// apiPrefix starts the path of every request to the emulator.
+const apiPrefix = "/api/v10"
 
 // WorkerReport is what a worker process tells the process that owns the
 // emulator, as JSON on its standard output.
@@ -706,6 +728,8 @@ type WorkerReport struct {
 	Canceled int `json:"canceled,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
+	// Attempts, with -trace-avoidable, are every request the worker sent.
+	Attempts []Attempt `json:"attempts,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -820,6 +844,8 @@ type recorder struct {
 	// follows this process's own.
 	overtaken int
 	order     orderBook
+	// attempts, with -trace-avoidable, are the requests sent.
+	attempts []Attempt
 }
 
 // merge adds a worker's report.
@@ -833,6 +859,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.calls += rep.Calls
 	r.canceled += rep.Canceled
 	r.overtaken += rep.Overtaken
+	r.attempts = append(r.attempts, rep.Attempts...)
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -843,7 +870,7 @@ func (r *recorder) report() WorkerReport {
 	defer r.mu.Unlock()
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
 		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Calls: r.calls, Canceled: r.canceled,
-		Overtaken: r.order.count() + r.overtaken}
+		Overtaken: r.order.count() + r.overtaken, Attempts: append([]Attempt(nil), r.attempts...)}
 }
 
 func (r *recorder) add(d time.Duration) {

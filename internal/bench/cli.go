@@ -76,7 +76,8 @@ func policy(cfg ClientConfig) store.Policy {
 // Redis limiters on it, and in each run kills it with SIGKILL a third of
 // the way in and starts it again, empty, on the same port DUR later; a run
 // then lasts at least 1.5 × (DUR + 5 s), so that the server is back 5 s
-// before the end or earlier.
+// before the end or earlier. -trace-avoidable FILE writes, per run, its
+// faults and each avoidable 429 with the attempt it was, as JSON lines.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -101,6 +102,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
 		freeze    = fs.String("freeze", "", "with -procs 2 or more, stop one random worker process at a time (SIGSTOP) for a random duration in `MIN-MAX` (such as 300ms-1500ms), then continue it (SIGCONT), with a random pause of 0 to 1s between freezes, for the whole of each run")
 		restart   = fs.Duration("redis-restart", 0, "start a redis-server of this bench's own on a free loopback port, use it as -redis, and in each run kill it (SIGKILL) a third of the way in and start it again, empty, `DUR` later; runs last at least 1.5 × (DUR + 5s)")
+		traceTo   = fs.String("trace-avoidable", "", "write to `FILE` as JSON lines, per run, its faults and each avoidable 429 with the request it was: the worker that sent it, when, and its freezes")
+		traced    = fs.Bool("trace", false, "internal: a worker records every request it sends")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
@@ -149,6 +152,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			return fmt.Errorf("-freeze needs -procs 2 or more (have %d): it stops one worker process while the others go on", *procs)
 		}
 		freezeRange = r
+	}
+	if *traced {
+		ctx = withTrace(ctx)
 	}
 	var outage *RedisOutage
 	if *restart > 0 && !*worker {
@@ -229,6 +235,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	}
 	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr,
 		Freeze: freezeRange, Outage: outage}
+	if *traceTo != "" {
+		f, err := os.Create(*traceTo)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.Trace = f
+	}
 	if *workers > 0 {
 		opts.Procs, opts.Workers, opts.Goroutines = 1, *workers, *perWorker
 	}
@@ -244,6 +258,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			cmdArgs := append(append([]string{}, prefix...), "-worker", "-run", run, "-scenario", sc, "-limiter", lim, "-url", url,
 				"-part", strconv.Itoa(part), "-parts", strconv.Itoa(parts), "-duration", d.String(), "-latency", *latency)
 			cmdArgs = append(cmdArgs, redisArgs...)
+			if tracing(ctx) {
+				cmdArgs = append(cmdArgs, "-trace")
+			}
 			cmd := exec.CommandContext(ctx, exe, cmdArgs...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, stderr
