@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"sort"
@@ -640,9 +641,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	}
 	if o.Trace != nil {
 		rec.mu.Lock()
-		attempts := rec.attempts
+		attempts, kinds := rec.attempts, maps.Clone(rec.errKinds)
 		rec.mu.Unlock()
-		if err := writeTrace(o.Trace, r, start, st.Log, attempts, freezes, outage); err != nil {
+		if err := writeTrace(o.Trace, r, start, st.Log, attempts, freezes, outage, kinds); err != nil {
 			return Result{}, fmt.Errorf("trace: %w", err)
 		}
 	}
@@ -688,6 +689,9 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	pt := &processTransport{next: tr, worker: strconv.Itoa(part), part: part}
 	if tracing(ctx) {
 		pt.trace = rec
+		rec.mu.Lock()
+		rec.tracing = true
+		rec.mu.Unlock()
 	}
 	base := &orderTransport{next: pt, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
@@ -728,8 +732,10 @@ type WorkerReport struct {
 	Canceled int `json:"canceled,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
-	// Attempts, with -trace-avoidable, are every request the worker sent.
-	Attempts []Attempt `json:"attempts,omitempty"`
+	// Attempts, with -trace-avoidable, are every request the worker sent,
+	// and ErrorKinds its errors by kind.
+	Attempts   []Attempt      `json:"attempts,omitempty"`
+	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -844,8 +850,11 @@ type recorder struct {
 	// follows this process's own.
 	overtaken int
 	order     orderBook
-	// attempts, with -trace-avoidable, are the requests sent.
+	// attempts, with -trace-avoidable, are the requests sent, and
+	// errKinds the errors by kind ([errorKind]).
 	attempts []Attempt
+	errKinds map[string]int
+	tracing  bool
 }
 
 // merge adds a worker's report.
@@ -860,6 +869,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.canceled += rep.Canceled
 	r.overtaken += rep.Overtaken
 	r.attempts = append(r.attempts, rep.Attempts...)
+	r.addErrors(rep.ErrorKinds)
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -870,7 +880,8 @@ func (r *recorder) report() WorkerReport {
 	defer r.mu.Unlock()
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
 		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Calls: r.calls, Canceled: r.canceled,
-		Overtaken: r.order.count() + r.overtaken, Attempts: append([]Attempt(nil), r.attempts...)}
+		Overtaken: r.order.count() + r.overtaken, Attempts: append([]Attempt(nil), r.attempts...),
+		ErrorKinds: maps.Clone(r.errKinds)}
 }
 
 func (r *recorder) add(d time.Duration) {

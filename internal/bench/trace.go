@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"math"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -55,6 +53,9 @@ type traceRun struct {
 	RedisKilled float64 `json:"redis_killed_ms,omitempty"`
 	RedisBack   float64 `json:"redis_back_ms,omitempty"`
 	Avoidable   int     `json:"avoidable_429"`
+	// Errors counts the run's client errors by message, digits replaced
+	// by '#'.
+	Errors map[string]int `json:"errors,omitempty"`
 }
 
 type traceFreeze struct {
@@ -95,9 +96,20 @@ type trace429 struct {
 	// attempt's sending and its answer.
 	Burst          int  `json:"sent_within_20ms_of_wake,omitempty"`
 	FrozenInFlight bool `json:"frozen_in_flight,omitempty"`
-	// OthersFrozen lists the parts of other processes frozen at some point
-	// in the second before the entry arrived.
-	OthersFrozen []int `json:"others_frozen_in_prior_second,omitempty"`
+	// Woken lists the other processes frozen at some point in the second
+	// before the entry arrived.
+	Woken []traceWoken `json:"others_frozen_in_prior_second,omitempty"`
+}
+
+// traceWoken is another process's freeze near an avoidable 429.
+type traceWoken struct {
+	Part int `json:"part"`
+	// Before is how long before the entry arrived the process was
+	// continued, negative when it was continued after.
+	Before    float64 `json:"woke_ms_before"`
+	FrozenFor float64 `json:"frozen_for_ms"`
+	// Burst counts the attempts it sent from its wake to 20 ms after.
+	Burst int `json:"sent_within_20ms_of_wake"`
 }
 
 // burstSpan is how soon after a wake an attempt counts in trace429.Burst.
@@ -105,7 +117,7 @@ const burstSpan = 20 * time.Millisecond
 
 // writeTrace writes the lines of -trace-avoidable for one run: its faults,
 // then each avoidable 429 with the attempt it matches.
-func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEntry, attempts []Attempt, freezes []Freeze, out outageRecord) error {
+func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEntry, attempts []Attempt, freezes []Freeze, out outageRecord, errKinds map[string]int) error {
 	ms := func(t time.Time) float64 {
 		if t.IsZero() {
 			return 0
@@ -113,7 +125,7 @@ func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEnt
 		return float64(t.Sub(start)) / float64(time.Millisecond)
 	}
 	run := traceRun{Type: "run", Scenario: r.Scenario, Limiter: r.Limiter, Run: r.Run, Start: start, Seconds: r.Seconds + r.Warmup,
-		RedisKilled: ms(out.Killed), RedisBack: ms(out.Back), Avoidable: r.Avoidable}
+		RedisKilled: ms(out.Killed), RedisBack: ms(out.Back), Avoidable: r.Avoidable, Errors: errKinds}
 	for _, f := range freezes {
 		run.Freezes = append(run.Freezes, traceFreeze{Part: f.Part, At: ms(f.Start), Length: float64(f.Length) / float64(time.Millisecond)})
 	}
@@ -131,7 +143,7 @@ func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEnt
 
 // explain matches each avoidable 429 of log with the attempt it was: an
 // attempt answered 429 with the same scope, on a path of the entry's
-// route, sent before the entry arrived and at most maxUp before; of those
+// route and major parameter, sent before the entry arrived and at most maxUp before; of those
 // not matched yet, the one whose answer came back closest to when the
 // emulator's answer reached the client.
 func explain(r Result, start time.Time, log []discordtest.LogEntry, attempts []Attempt, freezes []Freeze) []trace429 {
@@ -147,7 +159,7 @@ func explain(r Result, start time.Time, log []discordtest.LogEntry, attempts []A
 			Major: e.Major, Scope: e.Scope, RetryAfter: ms(e.RetryAfter), Part: -1}
 		best, bestGap := -1, time.Duration(math.MaxInt64)
 		for i, a := range attempts {
-			if used[i] || a.Status != 429 || a.Scope != e.Scope || a.Sent.After(e.Time) || e.Time.Sub(a.Sent) > maxUp || !onRoute(e.Route, a.Method, a.Path) {
+			if used[i] || a.Status != 429 || a.Scope != e.Scope || a.Sent.After(e.Time) || e.Time.Sub(a.Sent) > maxUp || !onRoute(e.Route, e.Major, a.Method, a.Path) {
 				continue
 			}
 			t.Candidates++
@@ -155,40 +167,39 @@ func explain(r Result, start time.Time, log []discordtest.LogEntry, attempts []A
 				best, bestGap = i, gap
 			}
 		}
-		for _, f := range freezes {
-			if f.End().After(e.Time.Add(-time.Second)) && f.Start.Before(e.Time) && !slices.Contains(t.OthersFrozen, f.Part) {
-				t.OthersFrozen = append(t.OthersFrozen, f.Part)
-			}
-		}
 		if best >= 0 {
 			used[best] = true
 			a := attempts[best]
 			t.Part, t.Sent, t.Got, t.Path = a.Part, ms(a.Sent.Sub(start)), ms(a.Got.Sub(start)), a.Path
 			if f, ok := lastWake(freezes, a.Part, a.Sent); ok {
-				t.SinceWake, t.FrozenFor = ms(a.Sent.Sub(f.End())), ms(f.Length)
-				for _, b := range attempts {
-					if b.Part == a.Part && !b.Sent.Before(f.End()) && b.Sent.Sub(f.End()) <= burstSpan {
-						t.Burst++
-					}
-				}
+				t.SinceWake, t.FrozenFor, t.Burst = ms(a.Sent.Sub(f.End())), ms(f.Length), burst(attempts, f)
 			}
 			for _, f := range freezes {
 				if f.Part == a.Part && f.Start.Before(a.Got) && f.End().After(a.Sent) {
 					t.FrozenInFlight = true
 				}
 			}
-			others := t.OthersFrozen[:0]
-			for _, p := range t.OthersFrozen {
-				if p != a.Part {
-					others = append(others, p)
-				}
-			}
-			t.OthersFrozen = others
 		}
-		sort.Ints(t.OthersFrozen)
+		for _, f := range freezes {
+			if f.Part != t.Part && f.End().After(e.Time.Add(-time.Second)) && f.Start.Before(e.Time) {
+				t.Woken = append(t.Woken, traceWoken{Part: f.Part, Before: ms(e.Time.Sub(f.End())), FrozenFor: ms(f.Length), Burst: burst(attempts, f)})
+			}
+		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// burst counts the attempts of f's process sent from the end of f to
+// burstSpan after it.
+func burst(attempts []Attempt, f Freeze) int {
+	n := 0
+	for _, a := range attempts {
+		if a.Part == f.Part && !a.Sent.Before(f.End()) && a.Sent.Sub(f.End()) <= burstSpan {
+			n++
+		}
+	}
+	return n
 }
 
 // lastWake returns the last freeze of part that ended at or before t.
@@ -204,22 +215,71 @@ func lastWake(freezes []Freeze, part int, t time.Time) (Freeze, bool) {
 }
 
 // onRoute reports whether method and path (without the API prefix) are of
-// route, a log entry's route: "POST /channels/{channel_id}/messages", or
-// for a route outside the emulator's table the method and path with tokens
-// redacted.
-func onRoute(route, method, path string) bool {
+// route and major, a log entry's: the route "POST /channels/{channel_id}/messages",
+// or for a route outside the emulator's table the method and path with
+// tokens redacted; the major parameter, such as "channels/100", starts the
+// path, tokens redacted.
+func onRoute(route, major, method, path string) bool {
 	m, tmpl, ok := strings.Cut(route, " ")
 	if !ok || m != method {
 		return false
 	}
-	ts, ps := strings.Split(strings.Trim(tmpl, "/"), "/"), strings.Split(strings.Trim(path, "/"), "/")
-	if len(ts) != len(ps) {
+	ps := strings.Split(strings.Trim(path, "/"), "/")
+	ts := strings.Split(strings.Trim(tmpl, "/"), "/")
+	if len(ts) != len(ps) || !segmentsMatch(ts, ps) {
 		return false
 	}
-	for i, s := range ts {
+	if major == "" {
+		return true
+	}
+	ms := strings.Split(major, "/")
+	return len(ms) <= len(ps) && segmentsMatch(ms, ps[:len(ms)])
+}
+
+// segmentsMatch reports whether the path segments ps are those of
+// pattern, whose "{name}" and redacted segments match any.
+func segmentsMatch(pattern, ps []string) bool {
+	for i, s := range pattern {
 		if s != ps[i] && !strings.HasPrefix(s, "{") && s != "REDACTED" {
 			return false
 		}
 	}
 	return true
+}
+
+// errorKind is an error's message with its digits replaced by '#', for
+// counting errors by kind.
+func errorKind(err error) string {
+	b := []byte(err.Error())
+	for i, c := range b {
+		if c >= '0' && c <= '9' {
+			b[i] = '#'
+		}
+	}
+	return string(b)
+}
+
+// maxErrorKinds bounds the kinds of error a trace counts; the rest count
+// under "other".
+const maxErrorKinds = 50
+
+// traceError counts err by kind when the run is traced; r.mu must be
+// held.
+func (r *recorder) traceError(err error) {
+	if r.tracing {
+		r.addErrors(map[string]int{errorKind(err): 1})
+	}
+}
+
+// addErrors adds counts of errors by kind; r.mu must be held.
+func (r *recorder) addErrors(kinds map[string]int) {
+	for k, n := range kinds {
+		if _, ok := r.errKinds[k]; !ok && len(r.errKinds) >= maxErrorKinds {
+			k = "other"
+		}
+		if r.errKinds == nil {
+			r.errKinds = make(map[string]int)
+		}
+		r.errKinds[k] += n
+	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +14,21 @@ import (
 func TestOnRoute(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		route, method, path string
-		want                bool
+		route, major, method, path string
+		want                       bool
 	}{
-		{"POST /channels/{channel_id}/messages", "POST", "/channels/100/messages", true},
-		{"POST /channels/{channel_id}/messages", "GET", "/channels/100/messages", false},
-		{"POST /channels/{channel_id}/messages", "POST", "/channels/100/messages/5", false},
-		{"POST /channels/{channel_id}/messages", "POST", "/guilds/100/messages", false},
-		{"POST /webhooks/{webhook_id}/{webhook_token}", "POST", "/webhooks/700/hook-token-0", true},
-		{"GET /nowhere/REDACTED", "GET", "/nowhere/secret", true},
-		{"GET /users/@me", "GET", "/users/@me", true},
+		{"POST /channels/{channel_id}/messages", "channels/100", "POST", "/channels/100/messages", true},
+		{"POST /channels/{channel_id}/messages", "channels/101", "POST", "/channels/100/messages", false},
+		{"POST /channels/{channel_id}/messages", "channels/100", "GET", "/channels/100/messages", false},
+		{"POST /channels/{channel_id}/messages", "channels/100", "POST", "/channels/100/messages/5", false},
+		{"POST /channels/{channel_id}/messages", "", "POST", "/guilds/100/messages", false},
+		{"POST /webhooks/{webhook_id}/{webhook_token}", "webhooks/700/REDACTED", "POST", "/webhooks/700/hook-token-0", true},
+		{"POST /webhooks/{webhook_id}/{webhook_token}", "webhooks/701/REDACTED", "POST", "/webhooks/700/hook-token-0", false},
+		{"GET /nowhere/REDACTED", "", "GET", "/nowhere/secret", true},
+		{"GET /users/@me", "", "GET", "/users/@me", true},
 	} {
-		if got := onRoute(tt.route, tt.method, tt.path); got != tt.want {
-			t.Errorf("onRoute(%q, %s %s) = %v; want %v", tt.route, tt.method, tt.path, got, tt.want)
+		if got := onRoute(tt.route, tt.major, tt.method, tt.path); got != tt.want {
+			t.Errorf("onRoute(%q, %q, %s %s) = %v; want %v", tt.route, tt.major, tt.method, tt.path, got, tt.want)
 		}
 	}
 }
@@ -76,14 +79,14 @@ func TestExplain(t *testing.T) {
 		t.Errorf("first: %v ms after a wake from %v ms frozen, %d sent just after waking, frozen in flight %v; want 1, 890, 3, false",
 			g.SinceWake, g.FrozenFor, g.Burst, g.FrozenInFlight)
 	}
-	if len(g.OthersFrozen) != 1 || g.OthersFrozen[0] != 2 {
-		t.Errorf("first: others frozen %v; want [2]", g.OthersFrozen)
+	if len(g.Woken) != 1 || g.Woken[0].Part != 2 || g.Woken[0].Before != -100 || g.Woken[0].FrozenFor != 600 {
+		t.Errorf("first: others frozen %+v; want part 2, woken 100 ms after, frozen 600 ms", g.Woken)
 	}
 	if got[1].Part != -1 || got[1].Candidates != 0 || got[1].Route != "GET /users/@me" {
 		t.Errorf("second: %+v; want no attempt matched", got[1])
 	}
 	var out bytes.Buffer
-	if err := writeTrace(&out, r, t0, log, attempts, freezes, outageRecord{}); err != nil {
+	if err := writeTrace(&out, r, t0, log, attempts, freezes, outageRecord{}, map[string]int{"e": 1}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -91,7 +94,7 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("%d lines; want a run line and 2 429 lines:\n%s", len(lines), out.String())
 	}
 	var run traceRun
-	if err := json.Unmarshal([]byte(lines[0]), &run); err != nil || run.Type != "run" || len(run.Freezes) != 2 || run.Freezes[0].Length != 890 {
+	if err := json.Unmarshal([]byte(lines[0]), &run); err != nil || run.Type != "run" || len(run.Freezes) != 2 || run.Freezes[0].Length != 890 || run.Errors["e"] != 1 {
 		t.Errorf("run line %s: %+v, %v", lines[0], run, err)
 	}
 }
@@ -134,5 +137,31 @@ func TestTraceRecordsAttempts(t *testing.T) {
 				t.Fatalf("attempt %+v; want part 2, POST /channels/100/messages, sent before got", a)
 			}
 		}
+	}
+}
+
+// TestErrorKinds: errors are counted by message with digits masked, in at
+// most maxErrorKinds kinds, and only when the run is traced.
+func TestErrorKinds(t *testing.T) {
+	t.Parallel()
+	if got := errorKind(errors.New("wait 1.25s exceeds 500ms")); got != "wait #.##s exceeds ###ms" {
+		t.Errorf("errorKind = %q", got)
+	}
+	r := &recorder{}
+	r.traceError(errors.New("x"))
+	if len(r.errKinds) != 0 {
+		t.Errorf("untraced run counted %v", r.errKinds)
+	}
+	r.tracing = true
+	r.traceError(errors.New("took 12ms"))
+	r.traceError(errors.New("took 99ms"))
+	if r.errKinds["took ##ms"] != 2 {
+		t.Errorf("kinds %v; want took ##ms twice", r.errKinds)
+	}
+	for i := range 2 * maxErrorKinds {
+		r.traceError(errors.New(strings.Repeat("x", i+1)))
+	}
+	if len(r.errKinds) != maxErrorKinds+1 || r.errKinds["other"] != maxErrorKinds+1 {
+		t.Errorf("%d kinds, %d other; want %d kinds, %d other", len(r.errKinds), r.errKinds["other"], maxErrorKinds+1, maxErrorKinds+1)
 	}
 }
