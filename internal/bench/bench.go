@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"sort"
@@ -352,6 +353,17 @@ type Result struct {
 	Store2xxPerCore   float64 `json:"redis_2xx_per_s_per_core,omitempty"`
 	// DeadlineMS is the deadline of the scenario's requests, if any.
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
+	// Freeze is the range of the run's freezes of worker processes
+	// (-freeze), "" without; Freezes counts the freezes and FrozenSeconds
+	// adds up their lengths.
+	Freeze        string  `json:"freeze,omitempty"`
+	Freezes       int     `json:"freezes,omitempty"`
+	FrozenSeconds float64 `json:"frozen_seconds,omitempty"`
+	// RedisOutage is how long, in seconds, the run's Redis was down before
+	// it was restarted (-redis-restart), 0 without; RedisRestarts counts
+	// the restarts.
+	RedisOutage   float64 `json:"redis_outage_seconds,omitempty"`
+	RedisRestarts int     `json:"redis_restarts,omitempty"`
 
 	late, over, waits []time.Duration // the samples behind the percentiles
 }
@@ -382,6 +394,27 @@ type Options struct {
 	Spawn func(ctx context.Context, run, scenario, limiter, url string, part, parts int, d time.Duration) (WorkerReport, error)
 	// Progress receives a line per run; may be nil.
 	Progress io.Writer
+	// Freeze, if its Max is positive, has a freezer stop one worker
+	// process at a time for the whole of each run (-freeze): it pauses for
+	// a duration drawn uniformly from [0, 1 s), stops a random running
+	// worker (SIGSTOP) for a duration drawn uniformly from the range,
+	// continues it (SIGCONT), and again. Only processes that Spawn
+	// reports with [Started] are stopped.
+	Freeze FreezeRange
+	// Outage, if set, kills the run's Redis a third of the way into each
+	// run and starts it again, empty, Outage.Down later (-redis-restart);
+	// each run lasts long enough for the server to be back 5 s before its
+	// end (see [RedisOutage]).
+	Outage *RedisOutage
+	// Trace, if set, receives for each run a line of its faults and a line
+	// per avoidable 429 with the attempt it was (-trace-avoidable); the
+	// workers then record every attempt.
+	Trace io.Writer
+}
+
+// runLength is how long a run of sc lasts.
+func (o Options) runLength(sc Scenario) time.Duration {
+	return o.Outage.runLength(max(o.Duration, sc.MinDuration))
 }
 
 // Run measures every limiter on every scenario, o.Repeat times each, and
@@ -404,16 +437,22 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 		for _, lim := range limiters {
 			for i := 1; i <= repeat; i++ {
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), max(o.Duration, sc.MinDuration))
+					fmt.Fprintf(o.Progress, "bench: %-16s %-14s run %d/%d, %s, %v ...", sc.Name, lim.Name, i, repeat, o.describeLoad(), o.runLength(sc))
 				}
 				start := time.Now()
-				r, err := runOne(ctx, sc, lim, o, probes[lim.Name])
+				r, err := runOne(ctx, sc, lim, o, probes[lim.Name], i)
 				if err != nil {
 					return out, fmt.Errorf("%s/%s run %d: %w", sc.Name, lim.Name, i, err)
 				}
-				r.Run = i
 				if o.Progress != nil {
-					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, time.Since(start).Seconds())
+					faults := ""
+					if r.Freeze != "" {
+						faults += fmt.Sprintf(", %d freezes (%.1fs)", r.Freezes, r.FrozenSeconds)
+					}
+					if r.RedisOutage > 0 {
+						faults += fmt.Sprintf(", %d Redis restarts", r.RedisRestarts)
+					}
+					fmt.Fprintf(o.Progress, " %.0f ok/s, utilization %.3f, %d avoidable 429s%s (%.1fs)\n", r.PerSecond, r.Utilization, r.Avoidable, faults, time.Since(start).Seconds())
 				}
 				out = append(out, r)
 				if ctx.Err() != nil {
@@ -475,8 +514,9 @@ func openProbe(ctx context.Context, lim Limiter, progress io.Writer) *probed {
 	return &probed{probe: p, idle: idle}
 }
 
-func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *probed) (Result, error) {
-	o.Duration = max(o.Duration, sc.MinDuration)
+// runOne runs scenario sc with limiter lim once, as run i of them.
+func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *probed, i int) (Result, error) {
+	o.Duration = o.runLength(sc)
 	opts := append([]discordtest.Option{discordtest.WithLogLimit(2_000_000)}, sc.Emulator...)
 	opts = append(opts, discordtest.WithNetwork(o.Network))
 	if sc.GlobalLimit > 0 {
@@ -511,6 +551,22 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	var wg sync.WaitGroup
 	var spawnErr error
 	var mu sync.Mutex
+	if o.Trace != nil {
+		ctx, runCtx = withTrace(ctx), withTrace(runCtx)
+	}
+	set := &workerSet{}
+	var frz *freezer
+	if o.Freeze.Max > 0 {
+		// The freezer starts freezes until the run ends; every process it
+		// stopped is continued before wg.Wait returns.
+		frz = newFreezer(o.Freeze, set)
+		wg.Go(func() { frz.run(runCtx, ctx) })
+	}
+	var outage outageRecord
+	var outageErr error
+	if o.Outage != nil {
+		wg.Go(func() { outage, outageErr = o.Outage.cause(ctx, runCtx, start, o.Duration) })
+	}
 	if sc.Control != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); sc.Control(runCtx, srv, o.Duration) }()
@@ -532,7 +588,7 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep, err := o.Spawn(ctx, run, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
+				rep, err := o.Spawn(withWorkerSet(ctx, set), run, sc.Name, lim.Name, srv.URL(), p, procs, o.Duration)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil && spawnErr == nil {
@@ -543,8 +599,13 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		}
 	}
 	wg.Wait()
-	if spawnErr != nil {
-		return Result{}, spawnErr
+	var freezes []Freeze
+	var freezeErr error
+	if frz != nil {
+		freezes, freezeErr = frz.freezes()
+	}
+	if err := errors.Join(spawnErr, freezeErr, outageErr); err != nil {
+		return Result{}, err
 	}
 	var after StoreStats
 	var span time.Duration
@@ -558,7 +619,7 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	}
 	st := srv.Stats()
 	r := summarize(sc, lim.Name, procs, start, o.Duration, st, rec)
-	r.Latency = o.Latency
+	r.Latency, r.Run = o.Latency, i
 	if o.Workers > 0 {
 		r.Workers, r.Goroutines = o.Workers, max(o.Goroutines, 1)
 	}
@@ -572,6 +633,20 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		}
 	}
 	r.storeCost()
+	if o.Freeze.Max > 0 {
+		r.Freeze, r.Freezes, r.FrozenSeconds = o.Freeze.String(), len(freezes), total(freezes).Seconds()
+	}
+	if o.Outage != nil {
+		r.RedisOutage, r.RedisRestarts = o.Outage.Down.Seconds(), outage.Restarts
+	}
+	if o.Trace != nil {
+		rec.mu.Lock()
+		attempts, kinds := rec.attempts, maps.Clone(rec.errKinds)
+		rec.mu.Unlock()
+		if err := writeTrace(o.Trace, r, start, st.Log, attempts, freezes, outage, kinds); err != nil {
+			return Result{}, fmt.Errorf("trace: %w", err)
+		}
+	}
 	return r, nil
 }
 
@@ -611,9 +686,16 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	}
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	base := &orderTransport{next: &processTransport{next: tr, worker: strconv.Itoa(part)}, book: &rec.order}
+	pt := &processTransport{next: tr, worker: strconv.Itoa(part), part: part}
+	if tracing(ctx) {
+		pt.trace = rec
+		rec.mu.Lock()
+		rec.tracing = true
+		rec.mu.Unlock()
+	}
+	base := &orderTransport{next: pt, book: &rec.order}
 	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
-	env := &Env{API: url + "/api/v10", Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
+	env := &Env{API: url + apiPrefix, Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
 	sc.Load(ctx, env)
 	// Closed before the commands are counted: what closing sends is in
 	// the count, as it is in the server's.
@@ -625,6 +707,9 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 		rec.mu.Unlock()
 	}
 }
+
+// apiPrefix starts the path of every request to the emulator.
+const apiPrefix = "/api/v10"
 
 // WorkerReport is what a worker process tells the process that owns the
 // emulator, as JSON on its standard output.
@@ -647,6 +732,10 @@ type WorkerReport struct {
 	Canceled int `json:"canceled,omitempty"`
 	// Overtaken counts renames sent while an earlier one waited.
 	Overtaken int `json:"renames_overtaken,omitempty"`
+	// Attempts, with -trace-avoidable, are every request the worker sent,
+	// and ErrorKinds its errors by kind.
+	Attempts   []Attempt      `json:"attempts,omitempty"`
+	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -761,6 +850,11 @@ type recorder struct {
 	// follows this process's own.
 	overtaken int
 	order     orderBook
+	// attempts, with -trace-avoidable, are the requests sent, and
+	// errKinds the errors by kind ([errorKind]).
+	attempts []Attempt
+	errKinds map[string]int
+	tracing  bool
 }
 
 // merge adds a worker's report.
@@ -774,6 +868,8 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.calls += rep.Calls
 	r.canceled += rep.Canceled
 	r.overtaken += rep.Overtaken
+	r.attempts = append(r.attempts, rep.Attempts...)
+	r.addErrors(rep.ErrorKinds)
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -784,7 +880,8 @@ func (r *recorder) report() WorkerReport {
 	defer r.mu.Unlock()
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
 		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Calls: r.calls, Canceled: r.canceled,
-		Overtaken: r.order.count() + r.overtaken}
+		Overtaken: r.order.count() + r.overtaken, Attempts: append([]Attempt(nil), r.attempts...),
+		ErrorKinds: maps.Clone(r.errKinds)}
 }
 
 func (r *recorder) add(d time.Duration) {
@@ -853,7 +950,8 @@ func (w *Row) aggregate() {
 	runs := w.PerRun
 	n := float64(len(runs))
 	a := Result{Scenario: runs[0].Scenario, Limiter: runs[0].Limiter, Latency: runs[0].Latency, Procs: runs[0].Procs,
-		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate}
+		Workers: runs[0].Workers, Goroutines: runs[0].Goroutines, DeadlineMS: runs[0].DeadlineMS, StoreIdleRate: runs[0].StoreIdleRate,
+		Freeze: runs[0].Freeze, RedisOutage: runs[0].RedisOutage}
 	w.Runs, w.MinUtilization = len(runs), math.Inf(1)
 	for _, r := range runs {
 		a.Seconds += r.Seconds
@@ -885,6 +983,9 @@ func (w *Row) aggregate() {
 		a.StoreCPU += r.StoreCPU
 		a.StoreIdleCPU += r.StoreIdleCPU
 		a.StoreSeconds += r.StoreSeconds
+		a.Freezes += r.Freezes
+		a.FrozenSeconds += r.FrozenSeconds
+		a.RedisRestarts += r.RedisRestarts
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
 		a.waits = append(a.waits, r.waits...)
@@ -940,12 +1041,16 @@ func pooled(runs []Result, samples []time.Duration, fig func(Result) float64, p 
 // shared store, columns of its cost follow: Redis commands sent and
 // executed per 2xx, Redis CPU per 2xx and per second, and the 2xx per
 // second one Redis core would carry (see [Result]). The procs column reads
-// "16w" for 16 workers in one process ([Options].Workers).
+// "16w" for 16 workers in one process ([Options].Workers). Runs with
+// faults add columns of them: the freezes of worker processes and their
+// total length in seconds, and the restarts of Redis.
 func PrintTable(w io.Writer, rows []Row) {
-	store, repeated := false, false
+	store, repeated, frozen, restarted := false, false, false, false
 	for _, r := range rows {
 		store = store || r.StoreCommands > 0 || r.StoreSeconds > 0
 		repeated = repeated || r.Runs > 1
+		frozen = frozen || r.Freeze != ""
+		restarted = restarted || r.RedisOutage > 0
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "scenario\tlimiter\tprocs\t"
@@ -959,6 +1064,12 @@ func PrintTable(w io.Writer, rows []Row) {
 	head += "avoidable 429\tunavoidable 429\tuser/global/shared\tedge 429\t401\tbans\tlate p50 ms\tlate p99 ms\tdeadline +p99/+max ms\turgent wait p50/p99 ms\t"
 	if store {
 		head += "sent/2xx\texec/2xx\tcpu µs/2xx\tcpu ms/s\t2xx/s/core\t"
+	}
+	if frozen {
+		head += "freezes (s)\t"
+	}
+	if restarted {
+		head += "redis restarts\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rows {
@@ -991,6 +1102,12 @@ func PrintTable(w io.Writer, rows []Row) {
 		if store {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", figure(r.StoreSentPer2xx, "%.2f"), figure(r.StoreExecPer2xx, "%.2f"),
 				figure(r.StoreCPUPer2xx, "%.1f"), figure(r.StoreCPUPerSecond, "%.2f"), figure(r.Store2xxPerCore, "%.0f"))
+		}
+		if frozen {
+			fmt.Fprintf(tw, "%d (%.1f)\t", r.Freezes, r.FrozenSeconds)
+		}
+		if restarted {
+			fmt.Fprintf(tw, "%d\t", r.RedisRestarts)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -66,6 +66,18 @@ func policy(cfg ClientConfig) store.Policy {
 // ratecord-redis its own go-redis client and connection pool, store and
 // ratecord transport; its own HTTP transport) and runs at most -goroutines
 // goroutines of every load group of a scenario, so the load grows with N.
+//
+// Two flags inject faults into every run. -freeze MIN-MAX (with -procs 2
+// or more) stops one worker process at a time with SIGSTOP for a duration
+// drawn uniformly from [MIN, MAX] and continues it with SIGCONT, after a
+// pause drawn uniformly from [0, 1 s), from the start of each run to its
+// end; see [Options].Freeze. -redis-restart DUR starts a redis-server of
+// its own on a free loopback port, without persistence, measures the
+// Redis limiters on it, and in each run kills it with SIGKILL a third of
+// the way in and starts it again, empty, on the same port DUR later; a run
+// then lasts at least 1.5 × (DUR + 5 s), so that the server is back 5 s
+// before the end or earlier. -trace-avoidable FILE writes, per run, its
+// faults and each avoidable 429 with the attempt it was, as JSON lines.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters ...Limiter) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -88,6 +100,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		run       = fs.String("run", "", "internal: the id of the worker's scenario run")
 		redisAddr = fs.String("redis", "", "also measure ratecord with a Redis store on the server at `ADDR` (ratecord-redis), beside memory stores (ratecord-mem), and any contender that keeps its state in Redis")
 		redisCl   = fs.String("redis-cluster", "", "like -redis, with a Redis Cluster: comma-separated seed `ADDRS`")
+		freeze    = fs.String("freeze", "", "with -procs 2 or more, stop one random worker process at a time (SIGSTOP) for a random duration in `MIN-MAX` (such as 300ms-1500ms), then continue it (SIGCONT), with a random pause of 0 to 1s between freezes, for the whole of each run")
+		restart   = fs.Duration("redis-restart", 0, "start a redis-server of this bench's own on a free loopback port, use it as -redis, and in each run kill it (SIGKILL) a third of the way in and start it again, empty, `DUR` later; runs last at least 1.5 × (DUR + 5s)")
+		traceTo   = fs.String("trace-avoidable", "", "write to `FILE` as JSON lines, per run, its faults and each avoidable 429 with the request it was: the worker that sent it, when, and its freezes")
+		traced    = fs.Bool("trace", false, "internal: a worker records every request it sends")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ratecord bench [flags]\n\nDrives load scenarios through rate limiters against an in-process Discord emulator\nand prints, per scenario and limiter, successful requests per second, the maximum the\nemulator's limits allow, utilization, 429s by scope (avoidable and unavoidable), bans,\nand how late requests left after their slot opened.\n\nScenarios (%s): %s\nScenarios (%s): %s\nScenarios (%s): %s\n\nFlags:\n",
@@ -117,6 +133,38 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		return errors.New("-goroutines applies to -workers only")
 	case *perWorker < 1:
 		return fmt.Errorf("-goroutines %d: want at least 1", *perWorker)
+	case *restart < 0:
+		return fmt.Errorf("-redis-restart %v: want a positive duration", *restart)
+	case *restart > 0 && (*redisAddr != "" || *redisCl != ""):
+		return errors.New("-redis-restart starts a Redis of its own: leave out -redis and -redis-cluster")
+	}
+	var freezeRange FreezeRange
+	if *freeze != "" && !*worker {
+		r, err := ParseFreezeRange(*freeze)
+		switch {
+		case err != nil:
+			return err
+		case !canFreeze:
+			return fmt.Errorf("-freeze: %w", errNoFreeze)
+		case *workers > 0:
+			return errors.New("-freeze stops worker processes: -workers runs its workers in this process; use -procs")
+		case *procs < 2:
+			return fmt.Errorf("-freeze needs -procs 2 or more (have %d): it stops one worker process while the others go on", *procs)
+		}
+		freezeRange = r
+	}
+	if *traced {
+		ctx = withTrace(ctx)
+	}
+	var outage *RedisOutage
+	if *restart > 0 && !*worker {
+		srv, err := StartRedis(ctx)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		*redisAddr = srv.Addr
+		outage = &RedisOutage{Server: srv, Down: *restart}
 	}
 	all := []Limiter{Ratecord(), NoLimiter()}
 	var redisArgs []string
@@ -135,13 +183,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		}
 		all = []Limiter{RatecordRedis(*rc), RatecordMemory(), NoLimiter()}
 	}
+	// The server's counters start again from zero when it restarts: the
+	// Redis cost of a run with an outage is not measured.
+	noProbe := func(l Limiter) Limiter {
+		if outage != nil {
+			l.Probe = nil
+		}
+		return l
+	}
+	for i := range all {
+		all[i] = noProbe(all[i])
+	}
 	needRedis := map[string]bool{}
 	for _, l := range limiters {
 		switch {
 		case l.Redis == nil:
 			all = append(all, l)
 		case rc != nil:
-			own := l.Redis(*rc)
+			own := noProbe(l.Redis(*rc))
 			own.Name = l.Name
 			all = append(all, own)
 		default:
@@ -174,7 +233,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			lims = append(lims, l)
 		}
 	}
-	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr}
+	opts := Options{Duration: *duration, Procs: *procs, Network: network, Latency: *latency, Repeat: *repeat, Progress: stderr,
+		Freeze: freezeRange, Outage: outage}
+	if *traceTo != "" {
+		f, err := os.Create(*traceTo)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.Trace = f
+	}
 	if *workers > 0 {
 		opts.Procs, opts.Workers, opts.Goroutines = 1, *workers, *perWorker
 	}
@@ -190,10 +258,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			cmdArgs := append(append([]string{}, prefix...), "-worker", "-run", run, "-scenario", sc, "-limiter", lim, "-url", url,
 				"-part", strconv.Itoa(part), "-parts", strconv.Itoa(parts), "-duration", d.String(), "-latency", *latency)
 			cmdArgs = append(cmdArgs, redisArgs...)
+			if tracing(ctx) {
+				cmdArgs = append(cmdArgs, "-trace")
+			}
 			cmd := exec.CommandContext(ctx, exe, cmdArgs...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, stderr
-			if err := cmd.Run(); err != nil {
+			if opts.Freeze.Max > 0 {
+				// A worker stopped when this process dies is killed, not
+				// left stopped.
+				dieWithParent(cmd)
+			}
+			if err := cmd.Start(); err != nil {
+				return WorkerReport{}, fmt.Errorf("worker %d: %w", part, err)
+			}
+			done := Started(ctx, part, cmd.Process)
+			err := cmd.Wait()
+			done()
+			if err != nil {
 				return WorkerReport{}, fmt.Errorf("worker %d: %w", part, err)
 			}
 			var rep WorkerReport
@@ -232,6 +314,14 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			if sc.WaitNote != "" {
 				fmt.Fprintf(stdout, " %s: the urgent wait column shows %s.", sc.Name, sc.WaitNote)
 			}
+		}
+		if freezeRange.Max > 0 {
+			fmt.Fprintf(stdout, "\nfreezes (s): one worker process at a time stopped (SIGSTOP) for a uniformly random %v to %v, then continued (SIGCONT), after a uniformly random pause of 0 to %v; the freezes of the row's runs and their total length.",
+				freezeRange.Min, freezeRange.Max, freezeGap)
+		}
+		if outage != nil {
+			fmt.Fprintf(stdout, "\nredis restarts: the bench's own redis-server (%s, no persistence) killed (SIGKILL) a third of the way into each run and started again, empty, %v later; runs last at least %v. The Redis cost of such runs is not measured.",
+				outage.Server.Addr, outage.Down, outage.runLength(0))
 		}
 		if *workers > 0 {
 			fmt.Fprintf(stdout, "\n%dw: %d workers in this process, each with its own clients, store and HTTP transport, as a process would have, each running up to %d goroutines of every load group.",

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/ratecord/ratecord/discordtest"
 )
@@ -15,10 +17,12 @@ const processHeader = discordtest.ProcessHeader
 // processHeader. It sits under the limiter, on the base transport it wraps,
 // so it marks each attempt that leaves for the emulator, retries included;
 // it also arms the cancellation of [Env.CancelAfterSend] as a request first
-// leaves.
+// leaves. With trace set, it records every attempt in it (-trace-avoidable).
 type processTransport struct {
 	next   http.RoundTripper
 	worker string
+	part   int
+	trace  *recorder
 }
 
 func (t *processTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -28,5 +32,15 @@ func (t *processTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// The caller's request is not ours to change.
 	out := req.Clone(req.Context())
 	out.Header.Set(processHeader, t.worker)
-	return t.next.RoundTrip(out)
+	if t.trace == nil {
+		return t.next.RoundTrip(out)
+	}
+	a := Attempt{Part: t.part, Method: out.Method, Path: strings.TrimPrefix(out.URL.Path, apiPrefix), Sent: time.Now()}
+	resp, err := t.next.RoundTrip(out)
+	a.Got = time.Now()
+	if err == nil {
+		a.Status, a.Scope = resp.StatusCode, resp.Header.Get("X-RateLimit-Scope")
+	}
+	t.trace.record(a)
+	return resp, err
 }

@@ -72,6 +72,7 @@ func send(ctx context.Context, env *Env, method, path, auth, body string) (int, 
 	if err != nil && ctx.Err() == nil {
 		env.rec.mu.Lock()
 		env.rec.errors++
+		env.rec.traceError(err)
 		env.rec.mu.Unlock()
 		// A limiter that gives up returns at once: do not spin.
 		sleep(ctx, 10*time.Millisecond)
@@ -98,6 +99,7 @@ func try(ctx context.Context, env *Env, method, path, auth, body string, expecte
 	default:
 		env.rec.mu.Lock()
 		env.rec.errors++
+		env.rec.traceError(err)
 		env.rec.mu.Unlock()
 		sleep(ctx, 10*time.Millisecond)
 	}
