@@ -90,7 +90,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
 		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
 		check     = fs.Bool("check", false, "exit non-zero when any run of ratecord has an avoidable 429, a ban or a late deadline")
-		latency   = fs.String("latency", discordtest.ProfileLAN, "network between the clients and the emulator: "+strings.Join(discordtest.NetworkProfiles(), ", ")+" (see README)")
+		latency   = fs.String("latency", discordtest.ProfileLAN, "network between the clients and the emulator: "+strings.Join(discordtest.NetworkProfiles(), ", ")+" (see docs/benchmarks.md)")
 		repeat    = fs.Int("repeat", 1, "run every scenario with every limiter `N` times; rows aggregate the runs")
 		worker    = fs.Bool("worker", false, "internal: run as a worker process")
 		url       = fs.String("url", "", "internal: emulator URL for a worker")
