@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math"
 	"net/http"
@@ -66,6 +67,9 @@ type ClientConfig struct {
 	// GlobalLimit is the bot's global limit per second, as Discord raised
 	// it for a large bot, or 0 for Discord's default.
 	GlobalLimit int
+	// Logger, if set, is where the limiter may report what its store did
+	// (switches to and from a local limiter): set with -trace-avoidable.
+	Logger *slog.Logger
 }
 
 // CommandCounter is implemented by clients whose limiter keeps its state in
@@ -641,9 +645,9 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 	}
 	if o.Trace != nil {
 		rec.mu.Lock()
-		attempts, kinds := rec.attempts, maps.Clone(rec.errKinds)
+		tr := traced{attempts: rec.attempts, errKinds: maps.Clone(rec.errKinds), events: rec.events, freezes: freezes, outage: outage}
 		rec.mu.Unlock()
-		if err := writeTrace(o.Trace, r, start, st.Log, attempts, freezes, outage, kinds); err != nil {
+		if err := writeTrace(o.Trace, r, start, st.Log, tr); err != nil {
 			return Result{}, fmt.Errorf("trace: %w", err)
 		}
 	}
@@ -687,14 +691,16 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
 	pt := &processTransport{next: tr, worker: strconv.Itoa(part), part: part}
+	cfg := ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit}
 	if tracing(ctx) {
 		pt.trace = rec
 		rec.mu.Lock()
 		rec.tracing = true
 		rec.mu.Unlock()
+		cfg.Logger = slog.New(&eventHandler{rec: rec, part: part})
 	}
 	base := &orderTransport{next: pt, book: &rec.order}
-	c := lim.New(base, ClientConfig{Run: run, GlobalLimit: sc.GlobalLimit})
+	c := lim.New(base, cfg)
 	env := &Env{API: url + apiPrefix, Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
 	sc.Load(ctx, env)
 	// Closed before the commands are counted: what closing sends is in
@@ -736,6 +742,8 @@ type WorkerReport struct {
 	// and ErrorKinds its errors by kind.
 	Attempts   []Attempt      `json:"attempts,omitempty"`
 	ErrorKinds map[string]int `json:"error_kinds,omitempty"`
+	// Events, with -trace-avoidable, are what the worker's store reported.
+	Events []StoreEvent `json:"store_events,omitempty"`
 }
 
 // RunWorker is the body of a worker process: it runs its part of the
@@ -854,6 +862,7 @@ type recorder struct {
 	// errKinds the errors by kind ([errorKind]).
 	attempts []Attempt
 	errKinds map[string]int
+	events   []StoreEvent
 	tracing  bool
 }
 
@@ -870,6 +879,7 @@ func (r *recorder) merge(rep WorkerReport) {
 	r.overtaken += rep.Overtaken
 	r.attempts = append(r.attempts, rep.Attempts...)
 	r.addErrors(rep.ErrorKinds)
+	r.events = append(r.events, rep.Events...)
 	r.commands += rep.StoreCommands
 	r.counted = r.counted || rep.Counted
 }
@@ -881,7 +891,7 @@ func (r *recorder) report() WorkerReport {
 	return WorkerReport{Overshoots: append([]time.Duration(nil), r.over...), Waits: append([]time.Duration(nil), r.waits...),
 		StoreCommands: r.commands, Counted: r.counted, Errors: r.errors, Refused: r.refused, Calls: r.calls, Canceled: r.canceled,
 		Overtaken: r.order.count() + r.overtaken, Attempts: append([]Attempt(nil), r.attempts...),
-		ErrorKinds: maps.Clone(r.errKinds)}
+		ErrorKinds: maps.Clone(r.errKinds), Events: append([]StoreEvent(nil), r.events...)}
 }
 
 func (r *recorder) add(d time.Duration) {

@@ -91,7 +91,7 @@ func newRedisClient(rc RedisConfig, cfg ClientConfig, base http.RoundTripper) Cl
 	rdb := rc.NewClient()
 	hook := &rediscount.Hook{}
 	rdb.AddHook(hook)
-	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)), redisstore.WithPolicy(policy(cfg)))
+	s := redisstore.New(rdb, redisstore.WithPrefix(RunPrefix(cfg.Run)), redisstore.WithPolicy(policy(cfg)), redisstore.WithLogger(cfg.Logger))
 	tr := ratecord.NewTransport(base, ratecord.WithStore(s))
 	return &redisClient{
 		HTTPClient: HTTPClient{C: &http.Client{Transport: tr}, Close_: func() error {

@@ -3,8 +3,13 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +28,48 @@ type Attempt struct {
 	Status int       `json:"status"`
 	Scope  string    `json:"scope,omitempty"`
 }
+
+// StoreEvent is a message a worker's store logged, recorded with
+// -trace-avoidable: a switch to or from its local limiter, or a report it
+// dropped.
+type StoreEvent struct {
+	Part int       `json:"part"`
+	At   time.Time `json:"at"`
+	Msg  string    `json:"msg"`
+}
+
+// eventHandler is a slog.Handler that records every message as a
+// StoreEvent of part, its attributes appended.
+type eventHandler struct {
+	rec   *recorder
+	part  int
+	attrs []slog.Attr
+}
+
+func (h *eventHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *eventHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	add := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	h.rec.mu.Lock()
+	h.rec.events = append(h.rec.events, StoreEvent{Part: h.part, At: r.Time, Msg: b.String()})
+	h.rec.mu.Unlock()
+	return nil
+}
+
+func (h *eventHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &eventHandler{rec: h.rec, part: h.part, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+func (h *eventHandler) WithGroup(string) slog.Handler { return h }
 
 type traceKey struct{}
 
@@ -53,9 +100,16 @@ type traceRun struct {
 	RedisKilled float64 `json:"redis_killed_ms,omitempty"`
 	RedisBack   float64 `json:"redis_back_ms,omitempty"`
 	Avoidable   int     `json:"avoidable_429"`
-	// Errors counts the run's client errors by message, digits replaced
-	// by '#'.
+	// Errors counts the run's client errors by kind ([errorKind]).
 	Errors map[string]int `json:"errors,omitempty"`
+	// Events are what the workers' stores logged.
+	Events []traceEvent `json:"store_events,omitempty"`
+}
+
+type traceEvent struct {
+	Part int     `json:"part"`
+	At   float64 `json:"at_ms"`
+	Msg  string  `json:"msg"`
 }
 
 type traceFreeze struct {
@@ -96,6 +150,10 @@ type trace429 struct {
 	// attempt's sending and its answer.
 	Burst          int  `json:"sent_within_20ms_of_wake,omitempty"`
 	FrozenInFlight bool `json:"frozen_in_flight,omitempty"`
+	// Event is the last message its process's store logged before the
+	// attempt left, and SinceEvent how long before.
+	Event      string  `json:"sender_store_event,omitempty"`
+	SinceEvent float64 `json:"since_store_event_ms,omitempty"`
 	// Woken lists the other processes frozen at some point in the second
 	// before the entry arrived.
 	Woken []traceWoken `json:"others_frozen_in_prior_second,omitempty"`
@@ -115,9 +173,18 @@ type traceWoken struct {
 // burstSpan is how soon after a wake an attempt counts in trace429.Burst.
 const burstSpan = 20 * time.Millisecond
 
+// traced is what a run recorded for -trace-avoidable.
+type traced struct {
+	attempts []Attempt
+	errKinds map[string]int
+	events   []StoreEvent
+	freezes  []Freeze
+	outage   outageRecord
+}
+
 // writeTrace writes the lines of -trace-avoidable for one run: its faults,
 // then each avoidable 429 with the attempt it matches.
-func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEntry, attempts []Attempt, freezes []Freeze, out outageRecord, errKinds map[string]int) error {
+func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEntry, tr traced) error {
 	ms := func(t time.Time) float64 {
 		if t.IsZero() {
 			return 0
@@ -125,15 +192,18 @@ func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEnt
 		return float64(t.Sub(start)) / float64(time.Millisecond)
 	}
 	run := traceRun{Type: "run", Scenario: r.Scenario, Limiter: r.Limiter, Run: r.Run, Start: start, Seconds: r.Seconds + r.Warmup,
-		RedisKilled: ms(out.Killed), RedisBack: ms(out.Back), Avoidable: r.Avoidable, Errors: errKinds}
-	for _, f := range freezes {
+		RedisKilled: ms(tr.outage.Killed), RedisBack: ms(tr.outage.Back), Avoidable: r.Avoidable, Errors: tr.errKinds}
+	for _, f := range tr.freezes {
 		run.Freezes = append(run.Freezes, traceFreeze{Part: f.Part, At: ms(f.Start), Length: float64(f.Length) / float64(time.Millisecond)})
+	}
+	for _, e := range tr.events {
+		run.Events = append(run.Events, traceEvent{Part: e.Part, At: ms(e.At), Msg: e.Msg})
 	}
 	enc := json.NewEncoder(w)
 	if err := enc.Encode(run); err != nil {
 		return err
 	}
-	for _, t := range explain(r, start, log, attempts, freezes) {
+	for _, t := range explain(r, start, log, tr) {
 		if err := enc.Encode(t); err != nil {
 			return err
 		}
@@ -146,7 +216,8 @@ func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEnt
 // route and major parameter, sent before the entry arrived and at most maxUp before; of those
 // not matched yet, the one whose answer came back closest to when the
 // emulator's answer reached the client.
-func explain(r Result, start time.Time, log []discordtest.LogEntry, attempts []Attempt, freezes []Freeze) []trace429 {
+func explain(r Result, start time.Time, log []discordtest.LogEntry, tr traced) []trace429 {
+	attempts, freezes := tr.attempts, tr.freezes
 	const maxUp = time.Second // far above any profile's way up, for a loaded machine
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	used := make([]bool, len(attempts))
@@ -177,6 +248,11 @@ func explain(r Result, start time.Time, log []discordtest.LogEntry, attempts []A
 			for _, f := range freezes {
 				if f.Part == a.Part && f.Start.Before(a.Got) && f.End().After(a.Sent) {
 					t.FrozenInFlight = true
+				}
+			}
+			for _, ev := range tr.events {
+				if ev.Part == a.Part && !ev.At.After(a.Sent) && (t.Event == "" || a.Sent.Sub(ev.At) < time.Duration(t.SinceEvent*float64(time.Millisecond))) {
+					t.Event, t.SinceEvent = ev.Msg, ms(a.Sent.Sub(ev.At))
 				}
 			}
 		}
@@ -247,16 +323,27 @@ func segmentsMatch(pattern, ps []string) bool {
 	return true
 }
 
-// errorKind is an error's message with its digits replaced by '#', for
-// counting errors by kind.
+// errorKind is an error's message, without the request's method and URL,
+// with each run of digits replaced by one '#', for counting errors by
+// kind.
 func errorKind(err error) string {
-	b := []byte(err.Error())
-	for i, c := range b {
-		if c >= '0' && c <= '9' {
-			b[i] = '#'
-		}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	return string(b)
+	var b strings.Builder
+	digits := false
+	for _, c := range err.Error() {
+		d := c >= '0' && c <= '9'
+		switch {
+		case d && !digits:
+			b.WriteByte('#')
+		case !d:
+			b.WriteRune(c)
+		}
+		digits = d
+	}
+	return b.String()
 }
 
 // maxErrorKinds bounds the kinds of error a trace counts; the rest count

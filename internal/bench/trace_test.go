@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +69,14 @@ func TestExplain(t *testing.T) {
 		{Part: 2, Start: at(500 * ms), Length: 600 * ms},
 	}
 	r := Result{Scenario: "s", Limiter: "l", Run: 3, Avoidable: 2}
-	got := explain(r, t0, log, attempts, freezes)
+	events := []StoreEvent{
+		{Part: 1, At: at(500 * ms), Msg: "old"},
+		{Part: 1, At: at(985 * ms), Msg: "ratecord: redis unavailable, limiting locally"},
+		{Part: 0, At: at(990 * ms), Msg: "another process's"},
+		{Part: 1, At: at(995 * ms), Msg: "after the send"},
+	}
+	tr := traced{attempts: attempts, freezes: freezes, events: events, errKinds: map[string]int{"e": 1}}
+	got := explain(r, t0, log, tr)
 	if len(got) != 2 {
 		t.Fatalf("explained %d 429s; want the 2 avoidable ones: %+v", len(got), got)
 	}
@@ -79,6 +89,9 @@ func TestExplain(t *testing.T) {
 		t.Errorf("first: %v ms after a wake from %v ms frozen, %d sent just after waking, frozen in flight %v; want 1, 890, 3, false",
 			g.SinceWake, g.FrozenFor, g.Burst, g.FrozenInFlight)
 	}
+	if g.Event != "ratecord: redis unavailable, limiting locally" || g.SinceEvent != 6 {
+		t.Errorf("first: store event %q %v ms before; want the fallback 6 ms before", g.Event, g.SinceEvent)
+	}
 	if len(g.Woken) != 1 || g.Woken[0].Part != 2 || g.Woken[0].Before != -100 || g.Woken[0].FrozenFor != 600 {
 		t.Errorf("first: others frozen %+v; want part 2, woken 100 ms after, frozen 600 ms", g.Woken)
 	}
@@ -86,7 +99,7 @@ func TestExplain(t *testing.T) {
 		t.Errorf("second: %+v; want no attempt matched", got[1])
 	}
 	var out bytes.Buffer
-	if err := writeTrace(&out, r, t0, log, attempts, freezes, outageRecord{}, map[string]int{"e": 1}); err != nil {
+	if err := writeTrace(&out, r, t0, log, tr); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -94,7 +107,7 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("%d lines; want a run line and 2 429 lines:\n%s", len(lines), out.String())
 	}
 	var run traceRun
-	if err := json.Unmarshal([]byte(lines[0]), &run); err != nil || run.Type != "run" || len(run.Freezes) != 2 || run.Freezes[0].Length != 890 || run.Errors["e"] != 1 {
+	if err := json.Unmarshal([]byte(lines[0]), &run); err != nil || run.Type != "run" || len(run.Freezes) != 2 || run.Freezes[0].Length != 890 || run.Errors["e"] != 1 || len(run.Events) != 4 {
 		t.Errorf("run line %s: %+v, %v", lines[0], run, err)
 	}
 }
@@ -144,8 +157,12 @@ func TestTraceRecordsAttempts(t *testing.T) {
 // most maxErrorKinds kinds, and only when the run is traced.
 func TestErrorKinds(t *testing.T) {
 	t.Parallel()
-	if got := errorKind(errors.New("wait 1.25s exceeds 500ms")); got != "wait #.##s exceeds ###ms" {
+	if got := errorKind(errors.New("wait 1.25s exceeds 500ms")); got != "wait #.#s exceeds #ms" {
 		t.Errorf("errorKind = %q", got)
+	}
+	ue := &url.Error{Op: "Get", URL: "http://127.0.0.1:4321/api/v10/users/@me", Err: errors.New("gave up after 12ms")}
+	if got := errorKind(fmt.Errorf("send: %w", ue)); got != "gave up after #ms" {
+		t.Errorf("errorKind of a url.Error = %q", got)
 	}
 	r := &recorder{}
 	r.traceError(errors.New("x"))
@@ -154,14 +171,30 @@ func TestErrorKinds(t *testing.T) {
 	}
 	r.tracing = true
 	r.traceError(errors.New("took 12ms"))
-	r.traceError(errors.New("took 99ms"))
-	if r.errKinds["took ##ms"] != 2 {
-		t.Errorf("kinds %v; want took ##ms twice", r.errKinds)
+	r.traceError(errors.New("took 993ms"))
+	if r.errKinds["took #ms"] != 2 {
+		t.Errorf("kinds %v; want took #ms twice", r.errKinds)
 	}
 	for i := range 2 * maxErrorKinds {
 		r.traceError(errors.New(strings.Repeat("x", i+1)))
 	}
 	if len(r.errKinds) != maxErrorKinds+1 || r.errKinds["other"] != maxErrorKinds+1 {
 		t.Errorf("%d kinds, %d other; want %d kinds, %d other", len(r.errKinds), r.errKinds["other"], maxErrorKinds+1, maxErrorKinds+1)
+	}
+}
+
+// TestEventHandler: what a store logs is recorded as an event of the
+// worker, its attributes in the message.
+func TestEventHandler(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	l := slog.New(&eventHandler{rec: rec, part: 3}).With("store", "redis")
+	l.Warn("ratecord: redis unavailable, limiting locally", "err", errors.New("dial: refused"))
+	if len(rec.events) != 1 {
+		t.Fatalf("events = %+v; want 1", rec.events)
+	}
+	e := rec.events[0]
+	if e.Part != 3 || e.At.IsZero() || e.Msg != "ratecord: redis unavailable, limiting locally store=redis err=dial: refused" {
+		t.Errorf("event %+v", e)
 	}
 }
