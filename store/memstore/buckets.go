@@ -56,7 +56,7 @@ func (b *bucket) unanswered(now int64) {
 // giveBack returns a slot taken by a request that was never sent.
 func (b *bucket) giveBack(now int64) {
 	b.unprobe()
-	b.GiveBack()
+	b.GiveBack(now)
 }
 
 // unprobe stops counting one of a probe's requests against its major.

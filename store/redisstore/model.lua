@@ -207,9 +207,11 @@ local function unanswered(b, t)
   b.resetAt = math.max(b.resetAt, t + b.offset + b.window)
 end
 
-local function giveBack(b)
+local function giveBack(b, t)
   settle(b)
-  if b.known and b.remaining < b.limit then b.remaining = b.remaining + 1 end
+  if b.known and b.remaining < b.limit and (b.sliding or b.resetAt == 0 or t < b.resetAt) then
+    b.remaining = b.remaining + 1
+  end
 end
 
 local function watchSliding(b, t, h, limit, remaining)

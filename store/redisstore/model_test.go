@@ -37,7 +37,7 @@ if op == 'available' then res = flag(available(st, a(1)))
 elseif op == 'take' then take(st, a(1))
 elseif op == 'settle' then settle(st)
 elseif op == 'unanswered' then unanswered(st, a(1))
-elseif op == 'giveBack' then giveBack(st)
+elseif op == 'giveBack' then giveBack(st, a(1))
 elseif op == 'observe' then observe(st, a(1), hdr(3), a(2))
 elseif op == 'limited' then
   local h = nil
@@ -73,7 +73,7 @@ func (o op) String() string { return fmt.Sprintf("%s%v", o.name, o.args) }
 func opAvailable(now int64) op     { return op{"available", []int64{now}} }
 func opTake(now int64) op          { return op{"take", []int64{now}} }
 func opSettle() op                 { return op{"settle", nil} }
-func opGiveBack() op               { return op{"giveBack", nil} }
+func opGiveBack(now int64) op      { return op{"giveBack", []int64{now}} }
 func opUnanswered(now int64) op    { return op{"unanswered", []int64{now}} }
 func opWakeAt(now int64) op        { return op{"wakeAt", []int64{now}} }
 func opBound(now, ahead int64) op  { return op{"bound", []int64{now, ahead}} }
@@ -113,7 +113,7 @@ func (o op) apply(b *model.Bucket) float64 {
 	case "settle":
 		b.Settle()
 	case "giveBack":
-		b.GiveBack()
+		b.GiveBack(a[0])
 	case "unanswered":
 		b.Unanswered(a[0])
 	case "observe":
@@ -452,9 +452,18 @@ func TestModelTransitions(t *testing.T) {
 		{
 			name:  "a request never sent gives its slot back",
 			start: model.Bucket{},
-			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opGiveBack()},
+			steps: []op{opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1), opGiveBack(t0 + 2)},
 			checks: []check{
 				{3, opAvailable(t0 + 2), 1},
+			},
+		},
+		{
+			name:  "a slot given back after its window ended does not count in the next",
+			start: model.Bucket{},
+			steps: []op{opObserve(t0, 0, h(3, 2, 1000)), opTake(t0 + 1), opTake(t0 + 2), opGiveBack(t0 + 1500), opSettle()},
+			checks: []check{
+				{4, opAvailable(t0 + 1500), 0}, // another request still in flight: no refill, and no slot of the ended window
+				{5, opAvailable(t0 + 1501), 1},
 			},
 		},
 		{
@@ -776,7 +785,7 @@ func TestModelDifferential(t *testing.T) {
 			case r < 55:
 				o = opUnanswered(now)
 			case r < 60:
-				o = opGiveBack()
+				o = opGiveBack(now)
 			case r < 80:
 				remaining := max(0, limit-used-int64(rng.IntN(2)))
 				ra := window - int64(rng.IntN(int(window)))

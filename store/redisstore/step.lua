@@ -205,7 +205,7 @@ local function update(k, a)
       end
     end
     if gkind == 1 and gb.pending > 0 then unprobe(majorDigest) end
-    if sentArg == '2' then settle(gb) else giveBack(gb) end
+    if sentArg == '2' then settle(gb) else giveBack(gb, now) end
     saveBucket(GB, gb, bucketTTL)
     if gw and not gw.wasOpen then gw.opened = true end
     return wakeOf(gb)
@@ -668,7 +668,7 @@ local function undoLost(ki, ai)
         if kind == 1 then key = KEYS[ki + 1] end
         if kind ~= 2 then
           local b = loadBucket(key, kind)
-          for _ = 1, n do giveBack(b) end
+          for _ = 1, n do giveBack(b, now) end
           saveBucket(key, b, bucketTTL)
         end
         if kind == 1 and redis.call('HINCRBY', KEYS[4], ARGV[ai + 1], -n) <= 0 then

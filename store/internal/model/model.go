@@ -362,10 +362,14 @@ func (b *Bucket) Unanswered(now int64) {
 	b.ResetAt = max(b.ResetAt, now+b.Offset+b.Window)
 }
 
-// GiveBack returns the slot of a granted request that was never sent.
-func (b *Bucket) GiveBack() {
+// GiveBack returns, at now, the slot of a granted request that was never
+// sent. A fixed window whose reset has passed gets nothing back: the slot
+// was of that window (the window refills only once every request in
+// flight has answered), which has ended at Discord, and counted in the
+// next one it could let one more through than that window allows.
+func (b *Bucket) GiveBack(now int64) {
 	b.Settle()
-	if b.Known && b.Remaining < b.Limit {
+	if b.Known && b.Remaining < b.Limit && (b.Sliding || b.ResetAt == 0 || now < b.ResetAt) {
 		b.Remaining++
 	}
 }
