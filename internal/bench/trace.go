@@ -135,8 +135,11 @@ type trace429 struct {
 	Part       int     `json:"part"`
 	// Candidates counts the attempts the entry could have been; the one
 	// whose answer came back closest to when the emulator's reached the
-	// client is taken.
+	// client is taken. Attempts answered 429 are taken first; failing
+	// those, attempts whose sender got no answer (NoAnswer: it gave up, at
+	// the end of the run for one), whose Got is when it gave up.
 	Candidates int     `json:"candidates"`
+	NoAnswer   bool    `json:"no_answer,omitempty"`
 	Sent       float64 `json:"sent_ms,omitempty"`
 	Got        float64 `json:"got_ms,omitempty"`
 	Path       string  `json:"path,omitempty"`
@@ -212,9 +215,10 @@ func writeTrace(w io.Writer, r Result, start time.Time, log []discordtest.LogEnt
 }
 
 // explain matches each avoidable 429 of log with the attempt it was: an
-// attempt answered 429 with the same scope, on a path of the entry's
-// route and major parameter, sent before the entry arrived and at most maxUp before; of those
-// not matched yet, the one whose answer came back closest to when the
+// attempt on a path of the entry's route and major parameter, sent before
+// the entry arrived and at most maxUp before, answered 429 with the same
+// scope or, failing any, not answered; of those not matched yet, the one
+// whose answer came back (or whose sender gave up) closest to when the
 // emulator's answer reached the client.
 func explain(r Result, start time.Time, log []discordtest.LogEntry, tr traced) []trace429 {
 	attempts, freezes := tr.attempts, tr.freezes
@@ -229,13 +233,22 @@ func explain(r Result, start time.Time, log []discordtest.LogEntry, tr traced) [
 		t := trace429{Type: "429", Scenario: r.Scenario, Limiter: r.Limiter, Run: r.Run, At: ms(e.Time.Sub(start)), Route: e.Route,
 			Major: e.Major, Scope: e.Scope, RetryAfter: ms(e.RetryAfter), Part: -1}
 		best, bestGap := -1, time.Duration(math.MaxInt64)
-		for i, a := range attempts {
-			if used[i] || a.Status != 429 || a.Scope != e.Scope || a.Sent.After(e.Time) || e.Time.Sub(a.Sent) > maxUp || !onRoute(e.Route, e.Major, a.Method, a.Path) {
-				continue
+		for _, answered := range []bool{true, false} {
+			for i, a := range attempts {
+				if used[i] || a.Sent.After(e.Time) || e.Time.Sub(a.Sent) > maxUp || !onRoute(e.Route, e.Major, a.Method, a.Path) {
+					continue
+				}
+				if answered && (a.Status != 429 || a.Scope != e.Scope) || !answered && a.Status != 0 {
+					continue
+				}
+				t.Candidates++
+				if gap := a.Got.Sub(e.Reached).Abs(); gap < bestGap {
+					best, bestGap = i, gap
+				}
 			}
-			t.Candidates++
-			if gap := a.Got.Sub(e.Reached).Abs(); gap < bestGap {
-				best, bestGap = i, gap
+			if best >= 0 {
+				t.NoAnswer = !answered
+				break
 			}
 		}
 		if best >= 0 {

@@ -52,6 +52,7 @@ func TestExplain(t *testing.T) {
 		{Time: at(1001 * ms), Reached: at(1041 * ms), Route: route, Major: "channels/1", Status: 429, Scope: "global"}, // unavoidable
 		{Time: at(1002 * ms), Route: route, Status: 200},
 		{Time: at(3000 * ms), Reached: at(3030 * ms), Route: "GET /users/@me", Status: 429, Scope: "user", Avoidable: true},
+		{Time: at(5000 * ms), Reached: at(5030 * ms), Route: "GET /gateway", Status: 429, Scope: "global", Avoidable: true},
 	}
 	attempts := []Attempt{
 		// Part 1 woke at 990 ms and sent three at once.
@@ -63,12 +64,14 @@ func TestExplain(t *testing.T) {
 		{Part: 0, Method: "POST", Path: "/channels/1/messages", Sent: at(980 * ms), Got: at(1200 * ms), Status: 429, Scope: "global"},
 		// Sent after the entry arrived: not a candidate.
 		{Part: 0, Method: "POST", Path: "/channels/1/messages", Sent: at(1001 * ms), Got: at(1040 * ms), Status: 429, Scope: "global"},
+		// Given up at the end of the run, no answer.
+		{Part: 2, Method: "GET", Path: "/gateway", Sent: at(4960 * ms), Got: at(5010 * ms)},
 	}
 	freezes := []Freeze{
 		{Part: 1, Start: at(100 * ms), Length: 890 * ms},
 		{Part: 2, Start: at(500 * ms), Length: 600 * ms},
 	}
-	r := Result{Scenario: "s", Limiter: "l", Run: 3, Avoidable: 2}
+	r := Result{Scenario: "s", Limiter: "l", Run: 3, Avoidable: 3}
 	events := []StoreEvent{
 		{Part: 1, At: at(500 * ms), Msg: "old"},
 		{Part: 1, At: at(985 * ms), Msg: "ratecord: redis unavailable, limiting locally"},
@@ -77,13 +80,19 @@ func TestExplain(t *testing.T) {
 	}
 	tr := traced{attempts: attempts, freezes: freezes, events: events, errKinds: map[string]int{"e": 1}}
 	got := explain(r, t0, log, tr)
-	if len(got) != 2 {
-		t.Fatalf("explained %d 429s; want the 2 avoidable ones: %+v", len(got), got)
+	if len(got) != 3 {
+		t.Fatalf("explained %d 429s; want the 3 avoidable ones: %+v", len(got), got)
 	}
 	g := got[0]
 	if g.Part != 1 || g.Sent != 991 || g.Candidates != 3 || g.Scope != "global" || g.Run != 3 {
 		t.Errorf("first: part %d sent at %v ms, %d candidates, scope %q, run %d; want part 1 at 991 ms, 3 candidates, global, run 3",
 			g.Part, g.Sent, g.Candidates, g.Scope, g.Run)
+	}
+	if g.NoAnswer {
+		t.Error("first: matched an attempt without an answer")
+	}
+	if got[2].Part != 2 || !got[2].NoAnswer || got[2].Candidates != 1 {
+		t.Errorf("third: %+v; want part 2's attempt that got no answer", got[2])
 	}
 	if g.SinceWake != 1 || g.FrozenFor != 890 || g.Burst != 3 || g.FrozenInFlight {
 		t.Errorf("first: %v ms after a wake from %v ms frozen, %d sent just after waking, frozen in flight %v; want 1, 890, 3, false",
@@ -103,8 +112,8 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines; want a run line and 2 429 lines:\n%s", len(lines), out.String())
+	if len(lines) != 4 {
+		t.Fatalf("%d lines; want a run line and 3 429 lines:\n%s", len(lines), out.String())
 	}
 	var run traceRun
 	if err := json.Unmarshal([]byte(lines[0]), &run); err != nil || run.Type != "run" || len(run.Freezes) != 2 || run.Freezes[0].Length != 890 || run.Errors["e"] != 1 || len(run.Events) != 4 {
