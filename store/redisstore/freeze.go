@@ -92,26 +92,30 @@ func (w *freezeWatch) run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
-			w.mu.Lock()
-			w.running.Store(false)
-			w.last = 0
-			w.mu.Unlock()
+			w.halt(func() bool { return true })
 			return
 		case <-t.C:
 		}
 		now := w.ns(w.now())
 		w.tick(now)
-		w.mu.Lock()
-		idle := now-w.used.Load() > int64(freezeIdle)
-		if idle {
-			w.running.Store(false)
-			w.last = 0
-		}
-		w.mu.Unlock()
-		if idle {
+		if w.halt(func() bool { return now-w.used.Load() > int64(freezeIdle) }) {
 			return
 		}
 	}
+}
+
+// halt marks the ticker stopped when done reports true, under w.mu so that
+// a touch either sees it running or starts it again; it reports done's
+// answer.
+func (w *freezeWatch) halt(done func() bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !done() {
+		return false
+	}
+	w.running.Store(false)
+	w.last = 0
+	return true
 }
 
 // tick records a tick at now: a tick later than freezeSlack after the
