@@ -383,49 +383,57 @@ func TestGlobalWindowExact(t *testing.T) {
 	}
 }
 
-// TestRefillAfterReports checks that a bucket whose reset has passed refills
-// only once every request granted in its window has been reported.
-func TestRefillAfterReports(t *testing.T) {
+// TestRefillCarriesRequestsInFlight checks that a bucket whose dated reset
+// has passed refills less a slot for each request still in flight, which
+// may arrive at Discord in the new window; that a response dated the ended
+// window (on Discord's clock, however late it is read) gives its slot back;
+// and that one without headers does not.
+func TestRefillCarriesRequestsInFlight(t *testing.T) {
 	s, clk := newFake(t)
 	c := claim("POST /channels/:id/messages", "channels/1")
-	update(t, s, acquire(t, s, c), headers(c, "h", 3, 2, time.Second))
+	end := time.Unix(1_800_000_000, 0) // the window's end on Discord's clock
+	dated := func(remaining int, after time.Duration) store.Update {
+		u := headers(c, "h", 3, remaining, after)
+		u.Reset = end
+		return u
+	}
+	update(t, s, acquire(t, s, c), dated(2, time.Second))
 	p1 := acquire(t, s, c)
 	p2 := acquire(t, s, c)
 
-	ch := acquireAsync(t, s, c)
 	clk.Advance(2 * time.Second)
-	pending(t, ch, "request with two of the window's requests unreported")
+	acquire(t, s, c) // three, less the two in flight
+	ch := acquireAsync(t, s, c)
+	pending(t, ch, "request with two of the last window's requests in flight")
 
-	update(t, s, p1, sent(c, 500)) // no rate-limit headers
-	pending(t, ch, "request with one of the window's requests unreported")
+	update(t, s, p1, sent(c, 500)) // no rate-limit headers: it may have counted in the new window
+	pending(t, ch, "request after a response without headers")
 
-	update(t, s, p2, sent(c, 500))
-	p := granted(t, ch, "request once the window's requests are reported")
+	update(t, s, p2, dated(0, 0)) // it arrived in the window that ended, read a second after its end
+	p := granted(t, ch, "request once a response of the ended window gave its slot back")
 	if p.Bucket != "h" {
 		t.Errorf("Permit.Bucket = %q; want %q", p.Bucket, "h")
 	}
-	// The window refilled to its limit of 3: two more go at once.
-	acquire(t, s, c)
-	acquire(t, s, c)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	if _, err := s.Acquire(ctx, c); err == nil {
-		t.Errorf("4th request of a window of 3 granted")
+		t.Errorf("4th request of a window of 3 granted (its slots: p1's, and the two granted in it)")
 	}
 }
 
 // TestLateReportInNewWindow checks that a response reported after the reset
-// with headers of the old window keeps the bucket closed until the reset it
-// names.
+// that dates a later window than the one that ended (on the store's clock:
+// it has no X-RateLimit-Reset) closes the bucket until the reset it names.
 func TestLateReportInNewWindow(t *testing.T) {
 	s, clk := newFake(t)
 	c := claim("POST /channels/:id/messages", "channels/1")
 	update(t, s, acquire(t, s, c), headers(c, "h", 2, 1, time.Second))
 	p1 := acquire(t, s, c)
 
-	ch := acquireAsync(t, s, c)
 	clk.Advance(2 * time.Second)
-	pending(t, ch, "request with the window's last request unreported")
+	acquire(t, s, c) // two, less the one in flight
+	ch := acquireAsync(t, s, c)
+	pending(t, ch, "request with the new window's free slot taken")
 
 	update(t, s, p1, headers(c, "h", 2, 0, 500*time.Millisecond))
 	pending(t, ch, "request before the reported reset")

@@ -11,7 +11,7 @@
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
   'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt',
-  'serverInstant', 'lineUntil', 'cap', 'capLimit', 'capAt', 'passed'}
+  'serverInstant', 'lineUntil', 'cap', 'capLimit', 'capAt', 'passed', 'carried', 'ended', 'endedInstant'}
 local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true,
   serverInstant = true}
 
@@ -40,30 +40,30 @@ local function newBucket()
     pending = 0, pause = 0, retired = false, unlimited = false, probe = false, sliding = false, evidence = 0,
     instant = 0, seenAt = 0, seenRemaining = 0, level = 0, levelAt = 0, tauLo = 0, tauHi = 0, pendingUntil = 0,
     hold = 0, holdLimit = 0, heldAt = 0, serverInstant = false, lineUntil = 0, cap = 0, capLimit = 0, capAt = 0,
-    passed = 0}
+    passed = 0, carried = 0, ended = 0, endedInstant = 0}
 end
 
 local CAP_PROBE = 60000
 local CAP_MEMORY = 600000
 
--- A bucket is kept as 32 little-endian doubles, in FIELDS order (the
+-- A bucket is kept as 35 little-endian doubles, in FIELDS order (the
 -- format is spelled out: a library may not call the string library while
 -- it loads): one
 -- struct.pack, no table of the values on the way (the Lua of Redis is slow
 -- at loops and tables). A value of another length (an older layout) reads
 -- as a new bucket.
-local BUCKET_FORMAT = '<dddddddddddddddddddddddddddddddd'
-local BUCKET_SIZE = 8 * 32
+local BUCKET_FORMAT = '<ddddddddddddddddddddddddddddddddddd'
+local BUCKET_SIZE = 8 * 35
 
 local function decode(v)
   if #v ~= BUCKET_SIZE then return newBucket() end
   local k, l, r, ra, e, w, sp, o, p, pa, ret, un, pr, sl, ev, ins, sa, sr, lv, la, tl, th, pu, ho, hl, ha, si, lu,
-    cp, cl, ca, ps = struct.unpack(BUCKET_FORMAT, v)
+    cp, cl, ca, ps, cr, en, ei = struct.unpack(BUCKET_FORMAT, v)
   return {known = k == 1, limit = l, remaining = r, resetAt = ra, estimated = e == 1, window = w, span = sp, offset = o,
     pending = p, pause = pa, retired = ret == 1, unlimited = un == 1, probe = pr == 1, sliding = sl == 1, evidence = ev,
     instant = ins, seenAt = sa, seenRemaining = sr, level = lv, levelAt = la, tauLo = tl, tauHi = th, pendingUntil = pu,
     hold = ho, holdLimit = hl, heldAt = ha, serverInstant = si == 1, lineUntil = lu, cap = cp, capLimit = cl,
-    capAt = ca, passed = ps}
+    capAt = ca, passed = ps, carried = cr, ended = en, endedInstant = ei}
 end
 
 local function bit(x)
@@ -75,7 +75,7 @@ local function encode(b)
   return struct.pack(BUCKET_FORMAT, bit(b.known), b.limit, b.remaining, b.resetAt, bit(b.estimated), b.window, b.span,
     b.offset, b.pending, b.pause, bit(b.retired), bit(b.unlimited), bit(b.probe), bit(b.sliding), b.evidence, b.instant,
     b.seenAt, b.seenRemaining, b.level, b.levelAt, b.tauLo, b.tauHi, b.pendingUntil, b.hold, b.holdLimit, b.heldAt,
-    bit(b.serverInstant), b.lineUntil, b.cap, b.capLimit, b.capAt, b.passed)
+    bit(b.serverInstant), b.lineUntil, b.cap, b.capLimit, b.capAt, b.passed, b.carried, b.ended, b.endedInstant)
 end
 
 local function tau(b)
@@ -111,8 +111,8 @@ local function available(b, t)
   if b.unlimited then return true end
   if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
   if not b.known then return b.pending == 0 end
-  if not b.sliding and b.pending == 0 and b.resetAt ~= 0 and t >= b.resetAt then
-    -- model.Bucket.refill
+  if not b.sliding and b.resetAt ~= 0 and t >= b.resetAt and (b.pending == 0 or not b.estimated) then
+    -- model.Bucket.refillable, refill
     local n = b.limit
     if b.cap > 0 then
       if b.passed > b.cap then b.cap = math.min(b.passed, b.limit) end
@@ -123,7 +123,12 @@ local function available(b, t)
       end
     end
     b.passed = 0
-    b.remaining = n
+    b.remaining = n - b.pending
+    b.carried, b.ended, b.endedInstant = b.pending, 0, 0
+    if b.pending > 0 then
+      b.ended = b.resetAt
+      if b.serverInstant then b.endedInstant = b.instant end
+    end
     b.resetAt = 0
   end
   return b.remaining > 0 or (b.sliding and dripFree(b, t))
@@ -147,7 +152,8 @@ local function wakeAt(b, t)
     if ok then return math.max(at, t + 1) end
     return 0
   end
-  if b.known and b.remaining <= 0 and b.pending == 0 and b.resetAt > t then
+  if b.known and b.remaining <= 0 and b.resetAt > t
+    and (b.pending == 0 or (not b.estimated and perWindow(b) > b.pending)) then
     return b.resetAt
   end
   return 0
@@ -240,13 +246,32 @@ local function watchSliding(b, t, h, limit, remaining)
   end
 end
 
+-- older: whether headers of a known fixed window ending at reset date
+-- from a window that ended before the one b counts, and whether from the
+-- window that ended with requests in flight (model.Bucket.older).
+local function older(b, h, reset)
+  if not b.known or b.sliding or h.resetAfter < 0 then return false, false end
+  local gap = math.max(idiv(b.window, 2), SLIDING_GUARD)
+  local ended = false
+  if b.ended ~= 0 then
+    if h.reset > 0 and b.endedInstant > 0 then
+      ended = h.reset < b.endedInstant + gap
+    else
+      ended = h.limit == b.limit and reset < b.ended + gap
+    end
+  end
+  return ended or (h.reset > 0 and b.serverInstant and b.instant > 0 and h.reset < b.instant - gap), ended
+end
+
 -- windowOf: whether headers of a known fixed window ending at reset date
--- from a later window than b counts, or an earlier one.
-local function windowOf(b, h, reset)
+-- from a later window than b counts, or an earlier one; on Discord's clock
+-- when h and the window counted (its X-RateLimit-Reset, 0 unknown) are.
+local function windowOf(b, h, reset, counted)
   if not b.known or b.sliding or b.estimated or b.resetAt == 0 or h.resetAfter < 0 then
     return false, false
   end
   local gap = math.max(idiv(b.window, 2), SLIDING_GUARD)
+  if h.reset > 0 and counted > 0 then return h.reset > counted + gap, h.reset < counted - gap end
   return reset > b.resetAt + gap, reset < b.resetAt - gap
 end
 
@@ -257,12 +282,22 @@ local function observe(b, t, h, probes)
   if after < 0 then after = math.max(b.window, 1000) end
   local reset = t + clamp(after) + clamp(h.offset)
   b.heldAt = math.max(b.heldAt, t)
+  local old, ended = older(b, h, reset)
+  if old then
+    if ended and b.carried > 0 then
+      b.carried = b.carried - 1
+      if b.resetAt == 0 or b.estimated then b.remaining = b.remaining + 1 end
+    end
+    return
+  end
   if b.hold > 0 and limit ~= b.holdLimit then b.hold, b.holdLimit = 0, 0 end
   if b.cap > 0 and limit ~= b.capLimit then b.cap, b.capLimit, b.capAt = 0, 0, 0 end
   if limit > 0 and remaining == limit - 1 and h.resetAfter > 0 and (b.span == 0 or h.resetAfter < b.span) then
     b.span = h.resetAfter
   end
   b.offset = clamp(h.offset)
+  local counted = 0
+  if b.serverInstant then counted = b.instant end
   if h.resetAfter >= 0 then
     watchSliding(b, t, h, limit, remaining)
   end
@@ -296,7 +331,7 @@ local function observe(b, t, h, probes)
     b.window = reset - t
     b.passed = 1
   else
-    local later, earlier = windowOf(b, h, reset)
+    local later, earlier = windowOf(b, h, reset, counted)
     if limit > b.limit then b.remaining = b.remaining + limit - b.limit end
     if limit < b.limit or later then remaining = remaining - b.pending end
     b.limit = limit

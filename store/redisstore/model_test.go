@@ -160,7 +160,8 @@ func fields(b *model.Bucket) []float64 {
 		f(b.Retired), f(b.Unlimited), f(b.Probe), f(b.Sliding), float64(b.Evidence), float64(b.Instant),
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
 		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant), 0,
-		float64(b.Cap), float64(b.CapLimit), float64(b.CapAt), float64(b.Passed),
+		float64(b.Cap), float64(b.CapLimit), float64(b.CapAt), float64(b.Passed), float64(b.Carried), float64(b.Ended),
+		float64(b.EndedInstant),
 	}
 }
 
@@ -191,7 +192,7 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
 	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt",
-	"serverInstant", "lineUntil", "cap", "capLimit", "capAt", "passed"}
+	"serverInstant", "lineUntil", "cap", "capLimit", "capAt", "passed", "carried", "ended", "endedInstant"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -253,7 +254,7 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "fixed window: remaining counts grants, refill only after reset and answers",
+			name:  "fixed window: remaining counts grants; the refill keeps a slot for each request in flight",
 			start: model.Bucket{},
 			steps: []op{
 				opObserve(t0, 0, h(2, 1, 1000)), opTake(t0), opAvailable(t0),
@@ -261,8 +262,110 @@ func TestModelTransitions(t *testing.T) {
 			},
 			checks: []check{
 				{1, opAvailable(t0), 1},
-				{3, opAvailable(t0 + 5000), 0}, // reset passed, two answers missing
-				{3, opWakeAt(t0 + 5), 0},       // only a response opens it
+				{3, opRoom(t0+5000, 5), 1},       // reset passed: the request in flight keeps its slot
+				{3, opWakeAt(t0 + 5), t0 + 1010}, // when the refill leaves one
+			},
+		},
+		{
+			name:  "fixed window: requests in flight at a dated reset carry over; a response of the ended window gives its slot back",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(5, 4, 1000)), // the window ends at t0+1010
+				opTakeN(t0+1, 2),
+				opAvailable(t0 + 1010),                        // the reset: a new window, two requests still in flight
+				opSettle(), opObserve(t0+1020, 0, h(5, 3, 0)), // one arrived in the ended window
+				opTakeN(t0+1021, 4),
+				opSettle(), opObserve(t0+1100, 0, h(5, 0, 990)), // the new window's count
+				opSettle(), opObserve(t0+1150, 0, h(5, 1, 0)), // the other arrived in the ended window too
+			},
+			checks: []check{
+				{2, opRoom(t0+1009, 10), 2},
+				{2, opWakeAt(t0 + 5), 0},     // slots are left
+				{3, opRoom(t0+1010, 10), 3},  // five, less the two in flight
+				{5, opRoom(t0+1021, 10), 4},  // its slot came back
+				{8, opRoom(t0+1101, 10), 0},  // the window's own response spoke
+				{10, opRoom(t0+1151, 10), 0}, // which already left the slot out
+				{10, opBound(t0+1151, 0), t0 + 2100},
+			},
+		},
+		{
+			name:  "fixed window: a response of the ended window read late is told by Discord's clock",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 5, Remaining: 4, ResetAfter: 1000, Offset: 10, Reset: epoch + 1000}),
+				opTakeN(t0+1, 2),
+				opAvailable(t0 + 1010), // a new window; two requests carried over
+				opTakeN(t0+1011, 3),    // the rest of it: its end estimated at t0+2021
+				// Its process stopped: the response is read 900 ms late, and
+				// on the store's clock it looks a window later.
+				opSettle(), opObserve(t0+1900, 0, model.Headers{Limit: 5, Remaining: 3, ResetAfter: 100, Offset: 10, Reset: epoch + 1000}),
+			},
+			checks: []check{
+				{6, opRoom(t0+1901, 5), 1},          // its slot came back
+				{6, opBound(t0+1901, 1), t0 + 2021}, // and the window's end stays the estimate
+				{6, opRoom(t0+2021, 5), 1},          // which waits for the requests granted in it
+			},
+		},
+		{
+			name:  "fixed window: a response of a window before the limit fell, read late, does not raise it again",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 20, Remaining: 19, ResetAfter: 500, Offset: 10, Reset: epoch + 500}),
+				opTakeN(t0+1, 5),
+				opAvailable(t0 + 510), // a new window; five requests carried over
+				opSettle(), opObserve(t0+600, 0, model.Headers{Limit: 5, Remaining: 0, ResetAfter: 400, Offset: 10, Reset: epoch + 1000}),
+				// A process that stopped reads its response of the first
+				// window, and its old limit, 700 ms late.
+				opSettle(), opObserve(t0+1200, 0, model.Headers{Limit: 20, Remaining: 15, ResetAfter: 0, Offset: 10, Reset: epoch + 500}),
+			},
+			checks: []check{
+				{5, opRoom(t0+1201, 30), 1}, // the lowered limit's next window, less the four in flight
+				{7, opRoom(t0+1201, 30), 2}, // the same, less the three still in flight
+			},
+		},
+		{
+			name:  "fixed window: a response read late, of a window before the one a later response dated, says nothing",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 20, Remaining: 19, ResetAfter: 500, Offset: 10, Reset: epoch + 500}),
+				opTakeN(t0+1, 2),
+				opSettle(), opObserve(t0+520, 0, model.Headers{Limit: 5, Remaining: 4, ResetAfter: 490, Offset: 10, Reset: epoch + 1010}),
+				opSettle(), opObserve(t0+900, 0, model.Headers{Limit: 20, Remaining: 18, ResetAfter: 0, Offset: 10, Reset: epoch + 500}),
+			},
+			checks: []check{
+				{4, opRoom(t0+521, 30), 3}, // the later window's four, less the request in flight
+				{6, opRoom(t0+901, 30), 3}, // the first window's limit does not come back
+			},
+		},
+		{
+			name:  "fixed window: a response of the current window read late is not taken for a later window's",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, model.Headers{Limit: 20, Remaining: 2, ResetAfter: 500, Offset: 10, Reset: epoch + 500}),
+				opTakeN(t0+1, 2),
+				// Decided before the first, read 400 ms late by a process
+				// that stopped: on the store's clock its window ends 500 ms
+				// later than the first's.
+				opSettle(), opObserve(t0+400, 0, model.Headers{Limit: 20, Remaining: 5, ResetAfter: 600, Offset: 10, Reset: epoch + 500}),
+			},
+			checks: []check{
+				{4, opRoom(t0+401, 30), 0},
+				{4, opBound(t0+401, 0), t0 + 1010},
+			},
+		},
+		{
+			name:  "fixed window: spent, with requests in flight, it wakes at its dated reset; an estimated window waits for them",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(2, 1, 1000)), opTake(t0 + 1),
+				opAvailable(t0 + 1010), opSettle(), // answered late, in the new window's time
+				opTakeN(t0+1011, 2), // a window no response dated: estimated
+			},
+			checks: []check{
+				{2, opWakeAt(t0 + 5), t0 + 1010},
+				{2, opRoom(t0+1010, 5), 1},
+				{5, opWakeAt(t0 + 1100), 0},
+				{5, opRoom(t0+5000, 5), 0},
 			},
 		},
 		{
@@ -287,7 +390,7 @@ func TestModelTransitions(t *testing.T) {
 				opObserve(t0+1050, 0, h(5, 4, 990)), // it arrived after Discord's reset and opened a window
 			},
 			checks: []check{
-				{4, opAvailable(t0 + 1051), 0},                 // without the response: the model's window is spent
+				{4, opRoom(t0+1051, 10), 4},                    // without the response: a new window, less the request in flight
 				{5, opRoom(t0+1051, 10), 3},                    // four left there, one still in flight
 				{5, opBound(t0+1051, 5), t0 + 1050 + 990 + 10}, // and the reset is that window's
 			},
@@ -462,8 +565,8 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{},
 			steps: []op{opObserve(t0, 0, h(3, 2, 1000)), opTake(t0 + 1), opTake(t0 + 2), opGiveBack(t0 + 1500), opSettle()},
 			checks: []check{
-				{4, opAvailable(t0 + 1500), 0}, // another request still in flight: no refill, and no slot of the ended window
-				{5, opAvailable(t0 + 1501), 1},
+				{4, opRoom(t0+1500, 5), 2}, // a new window, less the request still in flight; no slot of the ended one
+				{5, opRoom(t0+1501, 5), 3},
 			},
 		},
 		{

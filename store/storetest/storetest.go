@@ -403,33 +403,41 @@ func testProbePerMajor(h *harness) {
 	}
 }
 
-// testRemainingCountsGrants: with remaining k, exactly k requests go at once;
-// the next waits for the reset and for every request of the window to be
-// reported.
+// testRemainingCountsGrants: with remaining k, exactly k requests go at once.
+// At the reset a response dated, the next window opens less a slot for each
+// request still in flight, which may arrive at Discord in it; a response
+// dated the window that ended gives its request's slot back, and one
+// without headers does not.
 func testRemainingCountsGrants(h *harness) {
 	c := claim(h.cred("a"), routeCreate, major1)
 	const reset = 400 * time.Millisecond
 	t0 := time.Now()
-	// The first response counts the first request: 3 of 4 left.
-	h.learn(c, "h", 4, 3, reset)
-	p2 := h.acquireNow(c)
-	h.update(p2, limits(c, "h", 4, 2, max(0, reset-time.Since(t0))))
+	end := t0.Add(reset) // the window's end, on Discord's clock too
+	dated := func(remaining int) store.Update {
+		u := limits(c, "h", 4, remaining, max(0, time.Until(end)))
+		u.Reset = end
+		return u
+	}
+	// The first two responses count their requests: 2 of 4 left.
+	h.update(h.acquireNow(c), dated(3))
+	h.update(h.acquireNow(c), dated(2))
 	p3 := h.acquireNow(c)
 	p4 := h.acquireNow(c)
 
-	next := h.acquireAsync(h.t.Context(), c)
-	// Past the reset, p3 and p4 are unreported: the window may not refill.
-	next = h.stillWaiting(next, reset+200*time.Millisecond, "request while two of the window's requests are unreported")
-	h.update(p3, response(c, 500)) // an answer without rate-limit headers
-	next = h.stillWaiting(next, watch, "request while one of the window's requests is unreported")
+	ctx := h.t.Context()
+	first := h.stillWaiting(h.acquireAsync(ctx, c), reset/2, "request while the window is spent")
+	r := h.granted(first, "request of the next window")
+	h.notBefore(r, t0, reset, "request of the next window")
+	// Of the next window's 4 slots, 2 are kept for p3 and p4.
+	second := h.acquireAsync(ctx, c)
+	h.granted(second, "second request of the next window")
+	third := h.stillWaiting(h.acquireAsync(ctx, c), watch, "request while two of the last window's requests are in flight")
 
-	t4 := time.Now()
-	h.update(p4, response(c, 500))
-	r := h.granted(next, "request after the window's requests were reported")
-	h.notBefore(r, t0, reset, "request after the reset")
-	if r.at.Before(t4) {
-		h.t.Errorf("request granted at %v, before the last request of the window was reported at %v", r.at, t4)
-	}
+	h.update(p3, dated(1)) // it arrived in the window that ended
+	h.granted(third, "request after a response of the ended window gave its slot back")
+
+	h.update(p4, response(c, 500)) // an answer without rate-limit headers: it may have counted in the new window
+	h.stillWaiting(h.acquireAsync(ctx, c), watch, "request while the new window is spent")
 }
 
 // testSharedHashPerMajor: routes that share a hash share a counter per major;

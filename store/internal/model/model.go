@@ -39,6 +39,18 @@ type Bucket struct {
 	Offset int64
 	// Pending counts granted requests not reported yet.
 	Pending int64
+	// Carried counts the requests that were in flight when the fixed
+	// window they were granted in ended, at Ended (on the store's clock):
+	// each may still arrive at Discord in the window after it, which keeps
+	// a slot for it. A response dated the ended window gives its slot
+	// back. The window refills at its reset whether or not its requests
+	// have answered (once a response dated it): a request whose response
+	// is late, or a process stopped with requests in flight, holds one
+	// slot each, not the bucket. EndedInstant is the ended window's end on
+	// Discord's clock (X-RateLimit-Reset), 0 when unknown: a response read
+	// late (its process stopped) looks a window later on the store's clock,
+	// not on Discord's.
+	Carried, Ended, EndedInstant int64
 	// Pause holds every request until then (a 429).
 	Pause int64
 	// Retired marks the probe of a route that has learned its bucket.
@@ -136,7 +148,7 @@ func ResetMillis(t time.Time) int64 {
 const slidingGuard = 20
 
 // Available reports whether b can grant a slot at now, refilling a fixed
-// window whose reset has passed and whose requests have all been reported.
+// window whose reset has passed (see refillable).
 func (b *Bucket) Available(now int64) bool {
 	if now < b.Pause || b.Retired {
 		return false
@@ -151,11 +163,28 @@ func (b *Bucket) Available(now int64) bool {
 		// Probe: one request at a time until a response names the limits.
 		return b.Pending == 0
 	}
-	if !b.Sliding && b.Pending == 0 && b.ResetAt != 0 && now >= b.ResetAt {
-		b.Remaining = b.refill(now)
+	if b.refillable(now) {
+		b.Remaining = b.refill(now) - b.Pending
+		b.Carried, b.Ended, b.EndedInstant = b.Pending, 0, 0
+		if b.Pending > 0 {
+			b.Ended = b.ResetAt
+			if b.ServerInstant {
+				b.EndedInstant = b.Instant
+			}
+		}
 		b.ResetAt = 0
 	}
 	return b.Remaining > 0 || b.Sliding && b.dripFree(now)
+}
+
+// refillable reports whether b's fixed window has ended at now and a new
+// one may start: its reset has passed, and a response dated it (an
+// estimated reset, from a grant, waits for the requests in flight to
+// answer: the first of them to arrive started the window at Discord,
+// perhaps later than the estimate). The requests still in flight carry
+// over into the new window (see Carried).
+func (b *Bucket) refillable(now int64) bool {
+	return !b.Sliding && b.ResetAt != 0 && now >= b.ResetAt && (b.Pending == 0 || !b.Estimated)
 }
 
 // refill returns the slots a new fixed window grants at now: the limit, or
@@ -252,7 +281,8 @@ func (b *Bucket) WakeAt(now int64) int64 {
 		}
 		return 0
 	}
-	if b.Known && b.Remaining <= 0 && b.Pending == 0 && b.ResetAt > now {
+	if b.Known && b.Remaining <= 0 && b.ResetAt > now && (b.Pending == 0 || !b.Estimated && b.perWindow() > b.Pending) {
+		// The refill leaves a slot beyond the requests it carries over.
 		return b.ResetAt
 	}
 	return 0
@@ -283,8 +313,8 @@ func (b *Bucket) TakeN(now, n int64) {
 
 // Room returns how many slots b can grant at now one after the other, at
 // most most: how many times Available would say yes with a Take after
-// each. Like Available, it refills a fixed window whose reset has passed
-// and whose requests have all been reported. It is what a store needs to
+// each. Like Available, it refills a fixed window whose reset has passed.
+// It is what a store needs to
 // grant a batch of waiters, or to tell how many slots a line keeps, in
 // one step.
 func (b *Bucket) Room(now, most int64) int64 {
@@ -364,9 +394,10 @@ func (b *Bucket) Unanswered(now int64) {
 
 // GiveBack returns, at now, the slot of a granted request that was never
 // sent. A fixed window whose reset has passed gets nothing back: the slot
-// was of that window (the window refills only once every request in
-// flight has answered), which has ended at Discord, and counted in the
-// next one it could let one more through than that window allows.
+// was of that window, which has ended at Discord, and counted in the next
+// one it could let one more through than that window allows. (Once the
+// next window has started, the slot it kept for the request, which was in
+// flight when it started, comes back.)
 func (b *Bucket) GiveBack(now int64) {
 	b.Settle()
 	if b.Known && b.Remaining < b.Limit && (b.Sliding || b.ResetAt == 0 || now < b.ResetAt) {
@@ -387,6 +418,22 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 	}
 	reset := now + clamp(after) + clamp(h.Offset)
 	b.HeldAt = max(b.HeldAt, now)
+	if older, ended := b.older(h, reset); older {
+		// A response of a window that has ended says nothing of the
+		// current one: not its count, nor its limit (it may predate a
+		// change), however late it is read. If its request was carried
+		// over, it arrived in the window that ended: the slot the current
+		// window kept for it is free, unless a response of the current
+		// window has spoken for the count since (its Remaining may
+		// already leave that slot out).
+		if ended && b.Carried > 0 {
+			b.Carried--
+			if b.ResetAt == 0 || b.Estimated {
+				b.Remaining++
+			}
+		}
+		return
+	}
 	if b.Hold > 0 && limit != b.HoldLimit {
 		b.Hold, b.HoldLimit = 0, 0 // the headers changed: what the hold was learned under is gone
 	}
@@ -397,6 +444,11 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		b.Span = h.ResetAfter
 	}
 	b.Offset = clamp(h.Offset)
+	// The window the model counts, on Discord's clock (see windowOf).
+	counted := int64(0)
+	if b.ServerInstant {
+		counted = b.Instant
+	}
 	if h.ResetAfter >= 0 {
 		b.watchSliding(now, h, limit, remaining)
 	}
@@ -447,7 +499,7 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		// what that window has left, less the requests still in flight,
 		// which may count in it too. One dated a window before says
 		// nothing of the current one.
-		later, earlier := b.windowOf(h, reset)
+		later, earlier := b.windowOf(h, reset, counted)
 		if limit > b.Limit {
 			b.Remaining += limit - b.Limit
 		}
@@ -480,15 +532,47 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 	}
 }
 
+// older reports whether headers h of a known fixed window, whose window
+// ends at reset, date from a window that ended before the one b counts:
+// ended, the window that ended while requests were in flight (see
+// Carried); or, on Discord's clock, a window half a window or more before
+// the last response's. Windows end at least a window apart. Discord's
+// clock (X-RateLimit-Reset) decides where h and the window it is compared
+// with have an instant on it: a response read late (its process stopped)
+// looks a window later on the store's clock, not on Discord's. On the
+// store's clock a response naming another limit is never of the ended
+// window.
+func (b *Bucket) older(h Headers, reset int64) (older, ended bool) {
+	if !b.Known || b.Sliding || h.ResetAfter < 0 {
+		return false, false
+	}
+	gap := max(b.Window/2, slidingGuard)
+	if b.Ended != 0 {
+		if h.Reset > 0 && b.EndedInstant > 0 {
+			ended = h.Reset < b.EndedInstant+gap
+		} else {
+			ended = h.Limit == b.Limit && reset < b.Ended+gap
+		}
+	}
+	return ended || h.Reset > 0 && b.ServerInstant && b.Instant > 0 && h.Reset < b.Instant-gap, ended
+}
+
 // windowOf reports whether headers h of a known fixed window, whose
 // window ends at reset, date from a later window than the one b counts
 // (its end at least half a window after b's) or an earlier one.
 // Responses of one window end within the network's jitter of each other.
-func (b *Bucket) windowOf(h Headers, reset int64) (later, earlier bool) {
+// Discord's clock decides when h and the window b counts (counted, the
+// last response's X-RateLimit-Reset, 0 when unknown) are both on it: on
+// the store's clock a response read late, by a process that stopped
+// running, would look a window later and raise the count.
+func (b *Bucket) windowOf(h Headers, reset, counted int64) (later, earlier bool) {
 	if !b.Known || b.Sliding || b.Estimated || b.ResetAt == 0 || h.ResetAfter < 0 {
 		return false, false
 	}
 	gap := max(b.Window/2, slidingGuard)
+	if h.Reset > 0 && counted > 0 {
+		return h.Reset > counted+gap, h.Reset < counted-gap
+	}
 	return reset > b.ResetAt+gap, reset < b.ResetAt-gap
 }
 

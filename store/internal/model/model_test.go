@@ -28,7 +28,7 @@ func FuzzObserve(f *testing.F) {
 		if after < 0 {
 			after = max(before.Window, 1000)
 		}
-		newer, _ := before.windowOf(Headers{Limit: limit2, Remaining: remaining2, ResetAfter: resetAfter2}, later+clamp(after)+clamp(offset))
+		newer, _ := before.windowOf(Headers{Limit: limit2, Remaining: remaining2, ResetAfter: resetAfter2}, later+clamp(after)+clamp(offset), 0)
 		if limit2 <= before.Limit && b.Remaining > before.Remaining && !newer {
 			t.Errorf("Observe(limit %d, remaining %d) raised Remaining %d -> %d under limit %d", limit2, remaining2, before.Remaining, b.Remaining, before.Limit)
 		}
