@@ -267,14 +267,17 @@ end
 
 -- lineAhead returns how many slots the tickets of line ahead of ticket id
 -- keep, where id stands or, when it holds no ticket, would stand (an
--- urgent ticket behind the urgent ones only), and id's position in the
--- head (nil when none).
+-- urgent ticket behind the urgent ones only), id's position in the head
+-- (nil when none), and when the first of the head's tickets ahead of it
+-- expires (nil when none): a holder that stopped running keeps its slots
+-- until then.
 local function lineAhead(line, id, urgent)
   local p = line.pos[id]
-  local sum = 0
+  local sum, soonest = 0, nil
   for j = 1, #line.ids do
-    if j == p or urgent and not line.lane[j] then return sum, p end
+    if j == p or urgent and not line.lane[j] then return sum, p, soonest end
     sum = sum + line.want[j]
+    if not soonest or line.exp[j] < soonest then soonest = line.exp[j] end
   end
   -- Beyond the head: where id stands, or at the back.
   local r = line.rank[id]
@@ -282,7 +285,7 @@ local function lineAhead(line, id, urgent)
     if urgent and #line.ids < line.n and not line.lane[#line.ids] then return sum, p end
     r = line.n
   end
-  return sum + math.max(0, r - #line.ids) * average(line), p
+  return sum + math.max(0, r - #line.ids) * average(line), p, soonest
 end
 
 -- lineTotal returns how many slots every ticket of line keeps.

@@ -56,6 +56,14 @@ local PROC_TTL = 3600 * 1000
 -- Pushes per line per call, at most.
 local MAX_PUSH = 4
 
+-- RESERVE_AHEAD bounds how far ahead (ms) a claim reserves slots of a full
+-- global window. A reserved slot counts in the window whether or not its
+-- holder sends: a process that stops running (SIGSTOP, a VM's steal, a
+-- long pause) while it holds slots for the next window wastes them for
+-- every other process. A slot further off is claimed when it opens: one
+-- call per process per window, however many it sends then.
+local RESERVE_AHEAD = 50
+
 -- What one call says of itself (see ARGV above), set by stepMain, and
 -- the number of the last report it applied.
 local callNo, undoCalls, nLeaves, me, chan, nReports, nClaims, lastReport
@@ -457,12 +465,13 @@ local function claim(i, k, a)
 
   -- What the line ahead keeps: each holder ahead of this process keeps
   -- the slots it waits for, of the bucket and of the global window.
-  local line, aheadB = nil, 0
+  local line, aheadB, expiresB = nil, 0, nil
   local freeB = want + extra
   if kind ~= 2 then
     if b.lineUntil > now then
       line = lineLoad(LK, LT, me)
-      aheadB = lineAhead(line, holder, urgent)
+      local _
+      aheadB, _, expiresB = lineAhead(line, holder, urgent)
     else
       line = lineEmpty(LK, LT)
     end
@@ -496,12 +505,13 @@ local function claim(i, k, a)
   end
 
   -- The global window is full but the bucket is not: reserve the next
-  -- slots whose opening is exact, each that many ms from now.
+  -- slots whose opening is exact and near (RESERVE_AHEAD), each that many
+  -- ms from now.
   local delays = nil
   if isGlobal and n < turn and freeB > n then
     for j = n + 1, math.min(turn, freeB) do
       local at, exact = globalSlot(aheadG + j)
-      if not exact or at <= now then break end
+      if not exact or at <= now or at - now > RESERVE_AHEAD then break end
       delays = delays or {}
       delays[#delays + 1] = ceil(at - now)
     end
@@ -528,6 +538,7 @@ local function claim(i, k, a)
         -- ahead tells it when its turn comes; its fallback is a window
         -- per window's worth of slots ahead.
         at = now + math.max(b.window, 1) * math.max(1, math.ceil(aheadB / math.max(b.limit, 1)))
+        if expiresB then at = math.min(at, math.max(expiresB + 1, now + 1)) end
         lower = 0
       elseif at <= now then
         -- Only a response, or the holders ahead taking their turn, can
@@ -537,8 +548,11 @@ local function claim(i, k, a)
         -- Behind others: the one ahead tells it when its turn comes (see
         -- the pushes at the end). Its own estimate, which windows that
         -- open late at Discord make early, is only the fallback: a window
-        -- later.
+        -- later, or when the first ticket ahead expires if sooner (its
+        -- holder may have stopped running: it will tell no one).
+        local est = at
         at = at + math.max(b.window, 1)
+        if expiresB then at = math.min(at, math.max(est, expiresB + 1)) end
       end
       if line and aheadB > 0 then
         -- The bucket has room the holders ahead keep: they may be asleep

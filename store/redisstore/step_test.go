@@ -45,6 +45,8 @@ type stepper struct {
 	k     credKeys
 	claim store.Claim
 	no    uint64
+	// glimit is the global limit the calls send (0: 50).
+	glimit int
 }
 
 func newStepper(t *testing.T, name string) *stepper {
@@ -59,7 +61,11 @@ func newStepper(t *testing.T, name string) *stepper {
 // reply Redis refused or did not give.
 func (sp *stepper) call(st *step, no uint64) (stepReply, error) {
 	sp.t.Helper()
-	st.build(sp.s, sp.k, digest(sp.claim.Credential), no, 50)
+	glimit := sp.glimit
+	if glimit == 0 {
+		glimit = 50
+	}
+	st.build(sp.s, sp.k, digest(sp.claim.Credential), no, glimit)
 	v, err := st.run(sp.t.Context(), sp.s).Result()
 	if err != nil {
 		return stepReply{}, err
@@ -214,5 +220,86 @@ func TestStepUndoesLostCall(t *testing.T) {
 	}
 	if c := rep.claims[0]; c.kind != replyGrant || c.count != 1 {
 		t.Fatalf("claim after undoing the lost call that ran = %+v; want the slot it had taken", c)
+	}
+}
+
+// TestStepReservesNearSlotsOnly: a claim on a full global window is granted
+// the slots that open within RESERVE_AHEAD of the call, each with its
+// delay, and told to wait for those further off: a slot reserved long ahead
+// would be lost to every process if its holder stopped running meanwhile.
+func TestStepReservesNearSlotsOnly(t *testing.T) {
+	c := stepClient(t)
+	const window = 400 * time.Millisecond
+	s := New(c, WithPrefix("ratecordtest:ahead:"+time.Now().Format(time.RFC3339Nano)),
+		WithPolicy(store.Policy{GlobalWindow: window}))
+	t.Cleanup(func() { s.Close() })
+	claim := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true, GlobalLimit: 2}
+	sp := &stepper{t: t, s: s, k: s.keysOf(claim.Credential), claim: claim, glimit: 2}
+	answered := func(kind int, hash, member string) {
+		p := sp.permit(kind, hash, member)
+		p.global = true
+		sp.report(p, store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true, Limit: 100, Remaining: 90,
+			ResetAfter: 10 * time.Second}, sp.next())
+	}
+	// Two requests fill the global window; both answered, so the moments
+	// their slots open again are exact.
+	r, prefix := sp.claimOnly("", 1)
+	if r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("first claim = %+v; want one slot", r)
+	}
+	first := time.Now()
+	answered(kindProbe, "", prefix+"1")
+	if r, prefix = sp.claimOnly("h", 1); r.kind != replyGrant || r.count != 1 || len(r.delays) != 0 {
+		t.Fatalf("second claim = %+v; want one slot, now", r)
+	}
+	answered(kindLearned, "h", prefix+"1")
+
+	// The next slot is about a window away: no reservation, a wait.
+	r, _ = sp.claimOnly("h", 1)
+	if r.kind == replyGrant {
+		t.Fatalf("claim on the full window, its next slot %v away = %+v; want a wait, no slot reserved", window, r)
+	}
+	if r.kind != replyWait || time.Duration(r.at)*time.Millisecond < window/2 {
+		t.Fatalf("claim on the full window = %+v; want a wait of about %v", r, window)
+	}
+
+	// Shortly before it opens, the slot is reserved, with its delay.
+	time.Sleep(time.Until(first.Add(window - 30*time.Millisecond)))
+	r, _ = sp.claimOnly("h", 1)
+	if time.Since(first) >= window {
+		t.Skip("the machine was too slow to claim before the slot opened")
+	}
+	if r.kind != replyGrant || r.count != 1 || len(r.delays) != 1 || r.delays[0] < 1 || r.delays[0] > 50 {
+		t.Fatalf("claim %v before the slot opens = %+v; want it reserved with a delay of at most 50 ms",
+			window-time.Since(first), r)
+	}
+}
+
+// TestStepWaitsBehindTicketsUntilTheyExpire: a process that waits behind
+// another's ticket in a bucket's line is told to look again when that
+// ticket expires if that comes before its own fallback (a window after
+// its turn): a holder that stopped running would tell no one its turn is
+// over.
+func TestStepWaitsBehindTicketsUntilTheyExpire(t *testing.T) {
+	a := newStepper(t, "behind")
+	a.learn() // 2 per 10 s, one left
+	if r, _ := a.claimOnly("h", 1); r.kind != replyGrant {
+		t.Fatalf("claim of the last slot = %+v; want it", r)
+	}
+	// Process a waits for the next window: a ticket, expiring the ticket
+	// grace after its turn.
+	if r, _ := a.claimOnly("h", 1); r.kind != replyWait {
+		t.Fatalf("claim on the spent bucket = %+v; want a wait", r)
+	}
+	s := New(stepClient(t), WithPrefix(a.s.prefix))
+	t.Cleanup(func() { s.Close() })
+	b := &stepper{t: t, s: s, k: s.keysOf(a.claim.Credential), claim: a.claim}
+	r, _ := b.claimOnly("h", 1)
+	if r.kind != replyWait {
+		t.Fatalf("claim behind the ticket = %+v; want a wait", r)
+	}
+	// The window ends 10 s from now; a's ticket DefaultTicketGrace later.
+	if at := time.Duration(r.at) * time.Millisecond; at > 10*time.Second+DefaultTicketGrace+100*time.Millisecond {
+		t.Fatalf("told to look again in %v; want by the expiry of the ticket ahead, about %v", at, 10*time.Second+DefaultTicketGrace)
 	}
 }
