@@ -544,8 +544,14 @@ func interactive(name string, lanes bool) Scenario {
 		Name:     name,
 		Emulator: base(bucket("chat", limit, window, true, "POST /channels/{channel_id}/messages")...),
 		Load: func(ctx context.Context, env *Env) {
-			go env.Goroutines(ctx, 30, func(ctx context.Context, g int) {
-				send(ctx, env, "POST", "/channels/900/messages", Bot, `{"content":"bulk"}`)
+			// Both groups, waited for: with processes, only the first runs
+			// the interactive one, and the others must go on with the bulk.
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			wg.Go(func() {
+				env.Goroutines(ctx, 30, func(ctx context.Context, g int) {
+					send(ctx, env, "POST", "/channels/900/messages", Bot, `{"content":"bulk"}`)
+				})
 			})
 			env.Goroutines(ctx, 1, func(ctx context.Context, g int) {
 				rctx := ctx
