@@ -243,3 +243,45 @@ func TestLocalWaiterAfterRecovery(t *testing.T) {
 		t.Errorf("global window keys in Redis = %v, %v; want the waiter's slot counted there", n, err)
 	}
 }
+
+// TestOutageResponsesReachRedis: a response a process read while it
+// limited locally goes to Redis once Redis is back, so that the other
+// processes learn the window it dates. (After a restart, an empty Redis
+// once granted another process a request into a window that a request
+// sent during the outage had spent.)
+func TestOutageResponsesReachRedis(t *testing.T) {
+	srv := startServer(t)
+	prefix := testPrefix(t)
+	a := redisstore.New(fastClient(t, srv.addr()), redisstore.WithPrefix(prefix),
+		redisstore.WithProbeInterval(50*time.Millisecond), redisstore.WithLocalShare(1))
+	t.Cleanup(func() { a.Close() })
+
+	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1"}
+	acquire(t, a, c, time.Second).Report(t.Context(), limitsOf(c, 1, 0, 200*time.Millisecond))
+	srv.stop()
+	// Through the local limiter, once the window has passed: the response
+	// says the bucket is spent for 3 s.
+	acquire(t, a, c, 5*time.Second).Report(t.Context(), limitsOf(c, 1, 0, 3*time.Second))
+	if st := a.Stats(); !st.Local || st.LocalGrants != 1 {
+		t.Fatalf("Stats() = %+v; want local mode, one local grant", st)
+	}
+	srv.start() // empty
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Stats().Local || a.Stats().Queued > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats() = %+v 10s after Redis came back; want the store back on Redis, its outbox sent", a.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Another process, which never limited locally, learns the window from
+	// Redis.
+	b := redisstore.New(fastClient(t, srv.addr()), redisstore.WithPrefix(prefix))
+	t.Cleanup(func() { b.Close() })
+	c.MaxWait = 100 * time.Millisecond
+	_, err := b.Acquire(t.Context(), c)
+	var we *store.WaitError
+	if !errors.As(err, &we) || we.RetryAfter < time.Second {
+		t.Fatalf("Acquire in another process after the restart = %v; want a wait of about 3 s from the response read during the outage", err)
+	}
+}

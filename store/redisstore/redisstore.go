@@ -582,7 +582,20 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update
 	}
 	switch h := handle.(type) {
 	case *localPermit:
-		return h.p.Report(ctx, s.localUpdate(u, window))
+		err := h.p.Report(ctx, s.localUpdate(u, window))
+		if u.Sent && (u.HasLimit || u.Status == 429) {
+			// Redis has not seen this response, and the other processes
+			// know nothing of the window it dates (an empty Redis after a
+			// restart least of all): it waits in the outbox, without a
+			// permit of Redis's, and goes once Redis is back.
+			s.mu.Lock()
+			if !s.closed {
+				s.enqueueLocked(s.session(c.Credential), &permit{cred: c.Credential, route: c.Route, major: c.Major,
+					kind: kindNoPermit, tokenAuth: c.TokenAuth}, u, now)
+			}
+			s.mu.Unlock()
+		}
+		return err
 	case *permit:
 		if h.local != nil {
 			_ = h.local.Report(ctx, s.localUpdate(u, window))
