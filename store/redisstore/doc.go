@@ -41,7 +41,7 @@
 //	                      sublimit's 429 holds them until then), busy (one is out: its timeout),
 //	                      w<S> (Store S waits for the one that is out); TTL until + retry_after,
 //	                      and while one is out
-//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 32 packed doubles (see
+//	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 35 packed doubles (see
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
 //	                      not known yet (discounted when a bucket is learned); TTL pending timeout
@@ -125,7 +125,9 @@
 // worth its round trips; a ticket served in part goes to the back. So
 // processes are served in arrival order within a window's slack, and none
 // starves. A ticket expires when its holder does not claim it within
-// [WithTicketGrace] of its expected turn.
+// [WithTicketGrace] of its expected turn; a process waiting behind it
+// looks again then, if sooner than its own fallback, since a holder that
+// stopped running (SIGSTOP, a VM's steal) tells no one its turn is over.
 //
 // A process is told of its turn: whatever frees a slot (another process's
 // response, a slot given back) and whatever moves a turn (the process
@@ -142,8 +144,11 @@
 //
 // When the global window is full but the bucket is not, a claim reserves
 // the next openings whose moment is exact (the request that bounds each
-// has answered): its waiters go then, each with one claim, however many
-// processes wait for the window.
+// has answered) and near, within 50 ms: its waiters go then. A reserved
+// slot counts whether or not its holder sends, so a process that stopped
+// running while holding a whole next window's slots would waste them for
+// every other process; openings further off are claimed when they come,
+// one call per process per window.
 //
 // # Guarantees and approximations
 //
