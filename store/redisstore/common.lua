@@ -366,11 +366,12 @@ local function push(chan, tag, id, name, at)
 end
 
 -- pushHeads tells the processes of the first n tickets of line that are
--- not process except's that their turn may have come.
-local function pushHeads(chan, tag, line, name, n, except)
+-- not process except's, and stand before position upto if given, that
+-- their turn may have come.
+local function pushHeads(chan, tag, line, name, n, except, upto)
   local told = 0
-  for _, m in ipairs(line.ids) do
-    if told >= n then return end
+  for j, m in ipairs(line.ids) do
+    if told >= n or (upto and j >= upto) then return end
     local id = owner(m)
     if id ~= except then
       push(chan, tag, id, name, 0)

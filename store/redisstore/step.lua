@@ -465,13 +465,12 @@ local function claim(i, k, a)
 
   -- What the line ahead keeps: each holder ahead of this process keeps
   -- the slots it waits for, of the bucket and of the global window.
-  local line, aheadB, expiresB = nil, 0, nil
+  local line, aheadB, posB, expiresB = nil, 0, nil, nil
   local freeB = want + extra
   if kind ~= 2 then
     if b.lineUntil > now then
       line = lineLoad(LK, LT, me)
-      local _
-      aheadB, _, expiresB = lineAhead(line, holder, urgent)
+      aheadB, posB, expiresB = lineAhead(line, holder, urgent)
     else
       line = lineEmpty(LK, LT)
     end
@@ -556,9 +555,12 @@ local function claim(i, k, a)
       end
       if line and aheadB > 0 then
         -- The bucket has room the holders ahead keep: they may be asleep
-        -- on a turn that came sooner than they were told. Tell them.
+        -- on a turn that came sooner than they were told. Tell them, and
+        -- only them: a holder behind, told, would claim, be refused by the
+        -- same holders and tell this process again, and so on for as long
+        -- as those sleep (a process that stopped running).
         local rn = room(b, now, MAX_PUSH)
-        if rn > 0 then pushHeads(chan, tag, line, name, rn, me) end
+        if rn > 0 then pushHeads(chan, tag, line, name, rn, me, posB) end
       end
       if line then
         local it = intent(line, holder, name, b, B)

@@ -303,3 +303,54 @@ func TestStepWaitsBehindTicketsUntilTheyExpire(t *testing.T) {
 		t.Fatalf("told to look again in %v; want by the expiry of the ticket ahead, about %v", at, 10*time.Second+DefaultTicketGrace)
 	}
 }
+
+// TestStepTellsOnlyHoldersAhead: a claim refused because holders ahead in
+// the line keep the bucket's free slots tells those holders, not the ones
+// behind it. Told, a holder behind would claim, be refused by the same
+// holders and tell it again: two processes waiting behind one that stopped
+// running kept each other calling Redis as fast as it answered.
+func TestStepTellsOnlyHoldersAhead(t *testing.T) {
+	x := newStepper(t, "ahead")
+	r, prefix := x.claimOnly("", 1)
+	if r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("first claim = %+v; want one probe slot", r)
+	}
+	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "h", HasLimit: true, Limit: 3, Remaining: 2, ResetAfter: 10 * time.Second}, x.next())
+	other := func() *stepper {
+		s := New(stepClient(t), WithPrefix(x.s.prefix))
+		t.Cleanup(func() { s.Close() })
+		return &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
+	}
+	b, c := other(), other()
+
+	// X takes the last two slots and waits for three more, then gives
+	// both back: the free slots are X's to take, and X does not.
+	r, prefix = x.claimOnly("h", 5)
+	if r.kind != replyGrant || r.count != 2 {
+		t.Fatalf("X's claim of 5 = %+v; want the last two slots", r)
+	}
+	x.report(x.permit(kindLearned, "h", prefix+"1"), store.Update{}, x.next())
+	x.report(x.permit(kindLearned, "h", prefix+"2"), store.Update{}, x.next())
+
+	sub := stepClient(t).Subscribe(t.Context(), c.s.channelPrefix()+c.s.id)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(t.Context()); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	if r, _ := b.claimOnly("h", 1); r.kind != replyWait {
+		t.Fatalf("B's claim behind X = %+v; want a wait", r)
+	}
+	if r, _ := c.claimOnly("h", 1); r.kind != replyWait {
+		t.Fatalf("C's claim behind X and B = %+v; want a wait", r)
+	}
+	// B, told by C, claims again: it tells X, not C.
+	if r, _ := b.claimOnly("h", 1); r.kind != replyWait {
+		t.Fatalf("B's second claim = %+v; want a wait", r)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if m, err := sub.ReceiveMessage(ctx); err == nil {
+		t.Fatalf("C was told %q after B's refused claim; want nothing: C stands behind B", m.Payload)
+	}
+}
