@@ -282,7 +282,7 @@ local function lineAhead(line, id, urgent)
   -- Beyond the head: where id stands, or at the back.
   local r = line.rank[id]
   if not r then
-    if urgent and #line.ids < line.n and not line.lane[#line.ids] then return sum, p end
+    if urgent and #line.ids < line.n and not line.lane[#line.ids] then return sum, p, soonest end
     r = line.n
   end
   return sum + math.max(0, r - #line.ids) * average(line), p, soonest
