@@ -78,7 +78,8 @@
 // bucket is held to one request in flight, each the spacing the 429
 // revealed after the last response, until a response names another limit.
 // Reaction routes start so held at Discord's stated 1 per 250 ms
-// ([WithReactionSpacing]). A hidden sublimit narrower than its route (2
+// ([WithReactionSpacing]) while their headers describe a window longer
+// than a second; shorter windows are taken at their word. A hidden sublimit narrower than its route (2
 // channel renames per 10 minutes) holds only the requests that can hit it:
 // renames of that channel, told apart by their JSON body, while the
 // channel's other edits go on. A request sent again after its 429 keeps its

@@ -333,7 +333,8 @@ func ExampleWithEventHandler() {
 }
 
 // Reactions go one at a time per channel, a quarter second apart by
-// default, as Discord states, even when their headers allow more;
+// default, as Discord states, while their headers claim a long window
+// (headers of a window of a second or less are taken at their word);
 // WithReactionSpacing changes the spacing.
 func ExampleWithReactionSpacing() {
 	var mu sync.Mutex
@@ -347,9 +348,11 @@ func ExampleWithReactionSpacing() {
 		last = time.Now()
 		mu.Unlock()
 		w.Header().Set("X-RateLimit-Bucket", "react")
-		w.Header().Set("X-RateLimit-Limit", "5")
-		w.Header().Set("X-RateLimit-Remaining", "4")
-		w.Header().Set("X-RateLimit-Reset-After", "0.100")
+		// Headers claiming a long window, as reaction routes have been
+		// seen to while Discord allowed far less.
+		w.Header().Set("X-RateLimit-Limit", "200")
+		w.Header().Set("X-RateLimit-Remaining", "199")
+		w.Header().Set("X-RateLimit-Reset-After", "600")
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer discord.Close()

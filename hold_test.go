@@ -60,25 +60,33 @@ func TestContradicting429HoldsTheBucket(t *testing.T) {
 }
 
 // TestReactionsAreSpaced: the reaction routes of a channel go one at a
-// time, the reaction spacing apart, whatever their headers say; with the
-// spacing off, they go together.
+// time, the reaction spacing apart, while their headers describe a long
+// window (as the headers that overstated reactions did); with the spacing
+// off, or headers describing a window of a second or less, which are
+// taken at their word, they go together.
 func TestReactionsAreSpaced(t *testing.T) {
 	t.Parallel()
 	const spacing = 100 * time.Millisecond
-	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprintf("spacing=%v", on), func(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		spacing     time.Duration
+		resetAfter  string // of the bucket's headers, in seconds
+		limit, left string
+		spaced      bool
+	}{
+		{"long window", spacing, "600", "200", "199", true},
+		{"spacing off", 0, "600", "200", "199", false},
+		{"window of a second", spacing, "1", "5", "4", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFakeDiscord()
 			f.delay = 20 * time.Millisecond
 			mock := httpmock.NewMockTransport()
-			r := f.plain(200, `{}`, "X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "4", "X-RateLimit-Reset-After", "0.050", "X-RateLimit-Bucket", "r")
+			r := f.plain(200, `{}`, "X-RateLimit-Limit", tc.limit, "X-RateLimit-Remaining", tc.left, "X-RateLimit-Reset-After", tc.resetAfter, "X-RateLimit-Bucket", "r")
 			mock.RegisterRegexpResponder("PUT", reactionRE, r)
 			mock.RegisterRegexpResponder("DELETE", reactionRE, r)
-			opt := ratecord.WithReactionSpacing(spacing)
-			if !on {
-				opt = ratecord.WithReactionSpacing(0)
-			}
-			c, _ := newClient(t, mock, opt)
+			c, _ := newClient(t, mock, ratecord.WithReactionSpacing(tc.spacing))
 			// Both routes learn their bucket (a route not known yet sends
 			// one probe at a time of its own).
 			okResp(t)(do(t, c, "PUT", api+"/channels/1/messages/2/reactions/%F0%9F%91%8D/@me", "Bot a"))
@@ -91,9 +99,9 @@ func TestReactionsAreSpaced(t *testing.T) {
 				okResp(t)(do(t, c, method, api+fmt.Sprintf("/channels/1/messages/%d/reactions/%%F0%%9F%%91%%8D/@me", i+2), "Bot a"))
 			})
 			sent, _, maxIn := f.stats()
-			if !on {
+			if !tc.spaced {
 				if maxIn < 2 {
-					t.Errorf("max requests in flight = %d; want several without the spacing", maxIn)
+					t.Errorf("max requests in flight = %d; want several", maxIn)
 				}
 				return
 			}

@@ -167,10 +167,13 @@ func WithMaxWait(d time.Duration) Option {
 // WithReactionSpacing sets how far apart the transport sends the requests
 // of a channel's reaction bucket (PUT and DELETE
 // /channels/{id}/messages/{id}/reactions/...): one at a time, the next d
-// after the last response, whatever the bucket's headers say, since they
-// have been seen to allow more than Discord accepts. A longer hold learned
-// from a 429 still applies. Zero or negative turns the spacing off. The
-// default is [DefaultReactionSpacing].
+// after the last response, while the bucket's headers describe a window
+// longer than a second, since such headers (200 per ten minutes) have been
+// seen to allow far more than Discord accepts. Headers describing a window
+// of a second or less are taken at their word: they can overstate by at
+// most a window's worth, and a 429 that shows it teaches the real limit as
+// on any route. A longer hold learned from a 429 still applies. Zero or
+// negative turns the spacing off. The default is [DefaultReactionSpacing].
 func WithReactionSpacing(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.reactions = max(d, 0) })
 }

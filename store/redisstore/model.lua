@@ -45,6 +45,7 @@ end
 
 local CAP_PROBE = 60000
 local CAP_MEMORY = 600000
+local TRUSTED_WINDOW = 1000 -- model.TrustedWindow
 
 -- A bucket is kept as 35 little-endian doubles, in FIELDS order (the
 -- format is spelled out: a library may not call the string library while
@@ -367,7 +368,8 @@ local function limited(b, t, retry, h, probes)
   b.pause = math.max(b.pause, t + clamp(retry))
   b.heldAt = math.max(b.heldAt, t)
   if contradicted and clamp(retry) > 0 then
-    if not sliding and (b.passed >= 2 or (b.passed == 1 and clamp(retry) <= left + idiv(b.window, 4))) then
+    if not sliding and 2 * clamp(retry) >= left
+      and (b.passed >= 2 or (b.passed == 1 and clamp(retry) <= left + idiv(b.window, 4))) then
       b.cap, b.capLimit, b.capAt = b.passed, b.limit, t
     else
       b.hold = math.max(b.hold, clamp(clamp(retry) + since))
@@ -376,7 +378,7 @@ local function limited(b, t, retry, h, probes)
   end
   b.sliding, b.evidence = false, 0
   if b.known then
-    b.remaining = 0
+    if b.hold == 0 or b.holdLimit ~= b.limit then b.remaining = 0 end
     if b.resetAt < b.pause then b.resetAt, b.estimated = b.pause, false end
   end
 end
@@ -387,7 +389,7 @@ local function shared(b, t, retry)
 end
 
 local function seed(b, hold)
-  if hold <= 0 or b.unlimited or hold <= b.hold then return end
+  if hold <= 0 or b.unlimited or hold <= b.hold or (b.known and b.window > 0 and b.window - b.offset <= TRUSTED_WINDOW) then return end
   b.hold = clamp(hold)
   b.holdLimit = b.limit
 end

@@ -784,11 +784,11 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "a seeded hold spaces requests; a shorter seed leaves it",
+			name:  "a seeded hold spaces requests of headers describing a long window; a shorter seed leaves it",
 			start: model.Bucket{},
 			steps: []op{
-				opObserve(t0, 0, h(10, 10, 1000)), opSeed(250),
-				opTake(t0 + 250), opSettle(), opObserve(t0+300, 0, h(10, 9, 1000)),
+				opObserve(t0, 0, h(10, 10, 2000)), opSeed(250),
+				opTake(t0 + 250), opSettle(), opObserve(t0+300, 0, h(10, 9, 2000)),
 				opSeed(100),
 			},
 			checks: []check{
@@ -798,6 +798,38 @@ func TestModelTransitions(t *testing.T) {
 				{5, opAvailable(t0 + 549), 0},
 				{6, opAvailable(t0 + 550), 1},
 				{6, opWakeAt(t0 + 301), t0 + 550},
+			},
+		},
+		{
+			name:  "headers describing a window of a second or less are taken at their word: no seeded hold",
+			start: model.Bucket{},
+			steps: []op{
+				opSeed(250), // not known yet: held
+				opObserve(t0, 0, h(5, 4, 1000)),
+				opSeed(250),
+			},
+			checks: []check{
+				{1, opRoom(t0, 5), 1},
+				{2, opRoom(t0, 5), 4}, // the headers' limit cleared the hold
+				{3, opRoom(t0, 5), 4}, // and a window of a second keeps the seed away
+			},
+		},
+		{
+			name:  "a 429 far short of the end of a long window that passed several: a limit of a shorter period, held, not capped",
+			start: model.Bucket{},
+			steps: []op{
+				// Reactions claiming 200 per ten minutes, at one per 250 ms.
+				opObserve(t0, 0, h(200, 199, 600_000)), opTake(t0 + 1), opSettle(),
+				opObserve(t0+60, 0, h(200, 199, 600_000)), opTake(t0 + 61), opSettle(),
+				opLimited(t0+100, 250, &model.Headers{Limit: 200, Remaining: 199, ResetAfter: 600_000, Offset: 10}, 0),
+				// Another request of the same burst: an echo of the first.
+				opLimited(t0+110, 240, &model.Headers{Limit: 200, Remaining: 199, ResetAfter: 600_000, Offset: 10}, 0),
+			},
+			checks: []check{
+				{7, opAvailable(t0 + 389), 0}, // a hold of 250 + 40 after the 429
+				{7, opRoom(t0+390, 5), 1},     // one at a time
+				{8, opRoom(t0+400, 5), 1},     // the hold after the echo
+				{8, opRoom(t0+5000, 5), 1},    // and so on: the headers' window is not the limit
 			},
 		},
 		{

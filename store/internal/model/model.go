@@ -652,10 +652,14 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 	b.Pause = max(b.Pause, now+clamp(retry))
 	b.HeldAt = max(b.HeldAt, now)
 	if contradicted && clamp(retry) > 0 {
-		if !sliding && (b.Passed >= 2 || b.Passed == 1 && clamp(retry) <= left+b.Window/4) {
-			// A fixed window let through what passed in it: the cap.
-			// (One that passed alone, and a wait past the window's end:
-			// a spacing longer than the window, which the hold keeps.)
+		if !sliding && 2*clamp(retry) >= left && (b.Passed >= 2 || b.Passed == 1 && clamp(retry) <= left+b.Window/4) {
+			// A fixed window let through what passed in it, and the 429
+			// waits for about its end: the cap. (One that passed alone,
+			// and a wait past the window's end: a spacing longer than the
+			// window; a wait far short of the window's end: a limit of a
+			// shorter period than the window the headers describe, such
+			// as reactions claiming 200 per ten minutes at one per 250
+			// ms. The hold keeps either.)
 			b.Cap, b.CapLimit, b.CapAt = b.Passed, b.Limit, now
 		} else {
 			b.Hold = max(b.Hold, clamp(clamp(retry)+since))
@@ -664,7 +668,12 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 	}
 	b.Sliding, b.Evidence = false, 0
 	if b.Known {
-		b.Remaining = 0
+		if b.Hold == 0 || b.HoldLimit != b.Limit {
+			// The window is spent. (Under a hold of this limit the
+			// headers' window is not the limit: the hold spaces what it
+			// would grant, and the 429's pause holds its wait.)
+			b.Remaining = 0
+		}
 		if b.ResetAt < b.Pause {
 			b.ResetAt, b.Estimated = b.Pause, false
 		}
@@ -698,14 +707,23 @@ func (b *Bucket) Shared(now, retry int64) {
 // Seed holds b to at least one request at a time, hold apart (see Hold),
 // for a route whose headers are known to overstate what Discord allows.
 // A longer hold b learned stays. A credential's counter for routes without
-// a bucket is never held.
+// a bucket is never held, nor a bucket whose headers describe a window of
+// at most TrustedWindow: the headers seen to overstate such routes claimed
+// long windows (reactions: 200 per ten minutes), and a short window bounds
+// what they can overstate to one window's worth, which a 429 then teaches
+// (see Limited).
 func (b *Bucket) Seed(hold int64) {
-	if hold <= 0 || b.Unlimited || hold <= b.Hold {
+	if hold <= 0 || b.Unlimited || hold <= b.Hold || b.Known && b.Window > 0 && b.Window-b.Offset <= TrustedWindow {
 		return
 	}
 	b.Hold = clamp(hold)
 	b.HoldLimit = b.Limit
 }
+
+// TrustedWindow is the longest window, in milliseconds, of headers that a
+// seeded hold gives way to (see Seed): the longest Reset-After seen, the
+// offset aside.
+const TrustedWindow = 1000
 
 // Bound returns a lower bound of when a new claim on b, with ahead claims
 // queued before it, can be granted (at least now).
