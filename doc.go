@@ -61,13 +61,17 @@
 // header-less 429 whose body is not JSON (Discord's API answers JSON), or
 // blocks on two routes, hold every route. Nothing is resent in a loop. A
 // block also says the route went past a limit, so once it ends the route
-// is paced: each process lets out at most three quarters of what passed
-// for it in the second before the block, one request at a time, for ten
-// minutes. Like TCP's congestion control, the pace probes upward, one
-// request more per second after each 5 s it ran clean while holding
-// requests back; a block after a raise sets it back to the rate that ran
-// clean and doubles the time to the next raise, one at a rate that had run
-// clean halves it.
+// is paced: each process lets out at most nine tenths of what passed for
+// it in the second before the block (counting the answers that came just
+// after it), evenly spaced, for ten minutes; the tenth kept back is room
+// for the network's jitter. A block of every route paces the route whose
+// request, of those it answered, was sent first. Like TCP's congestion
+// control, the pace probes upward: one request more per second after each
+// 5 s it ran clean while holding requests back, up to nine tenths of the
+// rate the edge last refused, and past that after 30 s clean; a block
+// after such a raise sets it back to the rate that ran clean and doubles
+// the time to the next, a block soon after the pace was set takes a tenth
+// off it, and one at a rate that had run clean halves it.
 //
 // Headers can overstate what Discord allows. A 429 of scope user from a
 // bucket whose headers said requests remained, and whose own headers still

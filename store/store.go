@@ -464,7 +464,7 @@ const (
 	// webhook that answered 401 or 404, is refused without asking Discord.
 	DefaultCooldown = 10 * time.Minute
 	// DefaultBlockPause is the first pause after a Cloudflare block.
-	DefaultBlockPause = 2 * time.Second
+	DefaultBlockPause = time.Second
 	// DefaultBlockPauseMax caps the pause after blocks that repeat.
 	DefaultBlockPauseMax = time.Minute
 )

@@ -82,7 +82,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block: at least 10s)")
+		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block, html-429, edge-below: at least 20s)")
 		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetThroughput+" (answers that leave the client to find the most it may send), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
 		workers   = fs.Int("workers", 0, "run `N` workers in this process instead of -procs processes, each with its own clients and store (meant for -redis), each running up to -goroutines goroutines of every load group")

@@ -365,7 +365,7 @@ func Unannounced(n discordtest.Network) []Scenario {
 			Counted: onBucket("edge"),
 			// The first block pauses for seconds; what a client learned
 			// from it shows after.
-			MinDuration: 10 * time.Second,
+			MinDuration: edgeRun,
 		},
 		{
 			// Reactions: the headers claim 200 with a ten-minute reset

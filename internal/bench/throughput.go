@@ -34,6 +34,11 @@ const interactionToken = "aW50ZXJhY3Rpb246YmVuY2g"
 // after it arrived and before its response came back.
 const cancelAfter = 30 * time.Millisecond
 
+// edgeRun is how long the scenarios of edges no header announces run at
+// least: the first block pauses for a second or more, and the pace it
+// teaches shows after.
+const edgeRun = 20 * time.Second
+
 // shortDeadline is the deadline of the requests of the deadline-short
 // scenario, whatever the network: shorter than the slowest round trips
 // of Discord's.
@@ -188,6 +193,9 @@ func html429() Scenario {
 			wg.Wait()
 		},
 		Max: span(func(d time.Duration) float64 { return (channels*5 + edgeLimit + 5) * windows(d, window) }),
+		// The first block pauses every route; what a client learned from
+		// it shows after.
+		MinDuration: edgeRun,
 	}
 }
 
@@ -289,8 +297,9 @@ func edgeBelow() Scenario {
 				send(ctx, env, http.MethodGet, "/channels/3600/messages", Bot, "")
 			})
 		},
-		Max:     span(func(d time.Duration) float64 { return edgeLimit * windows(d, window) }),
-		Counted: onBucket("below"),
+		Max:         span(func(d time.Duration) float64 { return edgeLimit * windows(d, window) }),
+		Counted:     onBucket("below"),
+		MinDuration: edgeRun,
 	}
 }
 

@@ -40,11 +40,12 @@ func (r edgeRemote) publish(ctx context.Context) {
 	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "1").Err()
 }
 
-func (r edgeRemote) Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (edge.State, error) {
+func (r edgeRemote) Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration, paced string) (edge.State, error) {
 	// Tell the other processes at once, before the hash is written: a
 	// block is the one change that must reach them before their next
-	// request. The note carries the pause, so they need not read.
-	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "b\n"+strconv.FormatInt(millis(pause), 10)+"\n"+key).Err()
+	// request. The note carries the pause, so they need not read, and the
+	// route the block's pace falls on.
+	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "b\n"+strconv.FormatInt(millis(pause), 10)+"\n"+key+"\n"+paced).Err()
 	v, err := r.run(ctx, "block", key, flag(strike), millis(pause), millis(first), millis(max))
 	if err != nil {
 		return edge.State{}, err
@@ -125,17 +126,22 @@ func (s *Store) readGates(ctx context.Context) error {
 }
 
 // parseBlockNote reads the note a process publishes when it meets a block:
-// "b", the pause in milliseconds and the gate's key, one per line.
+// "b", the pause in milliseconds, the gate's key and the route its pace
+// falls on (which may be empty), one per line.
 func parseBlockNote(p string) (edge.State, bool) {
-	parts := strings.SplitN(p, "\n", 3)
-	if len(parts) != 3 || parts[0] != "b" || parts[2] == "" {
+	parts := strings.SplitN(p, "\n", 4)
+	if len(parts) < 3 || parts[0] != "b" || parts[2] == "" {
 		return edge.State{}, false
+	}
+	paced := ""
+	if len(parts) == 4 {
+		paced = parts[3]
 	}
 	ms, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || ms <= 0 || ms > 86_400_000 {
 		return edge.State{}, false
 	}
-	return edge.State{Key: parts[2], Until: time.Duration(ms) * time.Millisecond}, true
+	return edge.State{Key: parts[2], Until: time.Duration(ms) * time.Millisecond, Paced: paced}, true
 }
 
 func parseEdgeStates(v any) ([]edge.State, error) {

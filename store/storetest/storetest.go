@@ -1187,7 +1187,7 @@ func testBlocked429(h *harness) {
 	h.acquireNow(claim(a, routeCreate, major1))
 }
 
-// testBlockPaces: after a block, its route goes at three quarters of what
+// testBlockPaces: after a block, its route goes at nine tenths of what
 // passed on it in the second before, one request per interval; other
 // routes go on at once.
 func testBlockPaces(h *harness) {
@@ -1198,12 +1198,12 @@ func testBlockPaces(h *harness) {
 	for range 8 {
 		h.update(h.acquireNow(c), limits(c, "h", 100, 90, far))
 	}
-	// Nine passed within the second: six per second, one per 167 ms.
+	// Nine passed within the second: 8.1 per second, one per 124 ms.
 	h.update(h.acquireNow(c), tooMany(c, store.ScopeBlocked, 0))
 	probe := h.granted(h.acquireAsync(ctx, c), "the probe after the block")
 	h.update(probe.p, limits(c, "h", 100, 90, far))
 
-	const every, slack = 167 * time.Millisecond, 20 * time.Millisecond
+	const every, slack = 124 * time.Millisecond, 20 * time.Millisecond
 	start, last := time.Now(), probe.at
 	for i := range 4 {
 		r := h.granted(h.acquireAsync(ctx, c), "a request after the block")

@@ -20,6 +20,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -47,8 +48,8 @@ type Remote interface {
 	// Block records a block of key. strike reports a blocked probe, which
 	// counts towards the doubling of the pause, as the first block of a
 	// gate the shared store does not hold does; pause is the pause it
-	// calls for.
-	Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration) (State, error)
+	// calls for; paced is the route its pace falls on (see State.Paced).
+	Block(ctx context.Context, key string, strike bool, pause, first, max time.Duration, paced string) (State, error)
 	// Probe asks for the probe of keys under id; the reply says whether it
 	// was granted and, when not, the state of the gates that hold it.
 	Probe(ctx context.Context, keys []string, id string) (bool, []State, error)
@@ -70,6 +71,10 @@ type State struct {
 	Until   time.Duration // nothing goes before this
 	Probe   time.Duration // a probe holds the gate this much longer
 	Strikes int
+	// Paced, when set, is the route that met the block in the process
+	// that tells of it: for a gate of every route (All), the one to pace,
+	// whose requests the edge counted.
+	Paced string
 }
 
 type gate struct {
@@ -79,6 +84,15 @@ type gate struct {
 	prober  *store.Reservation // the probe's reservation, once bound
 	strikes int
 	changed time.Time // when this process last changed it
+
+	// A block of every route does not say which route went past the
+	// edge: paced is the route its pace fell on, sent when the request
+	// that taught it was granted. A block response of the episode to a
+	// request granted before that, on another route, moves the pace there
+	// while it has let nothing out (the request sent first is the likelier
+	// to have met the edge first).
+	paced string
+	sent  time.Time
 }
 
 // Gates is the block state of one store. The zero value is not usable;
@@ -103,6 +117,7 @@ type Gates struct {
 	rwg     sync.WaitGroup // calls to the remote made in the background
 
 	paces  map[string]*pace  // what blocks taught (see PaceWindow)
+	blamed string            // the route paced after the last block of every route
 	pacing map[uint64]string // arrival number -> route of the claims waiting for a pace
 	passed passes            // what passed the edge lately
 	slot   atomic.Uint32     // the slot (see slotWidth) of the latest claim's arrival
@@ -518,7 +533,7 @@ func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
 	}
 	switch {
 	case blocked:
-		g.block(c.Route, u, probed, id)
+		g.block(r, c.Route, u, probed, id)
 	case len(probed) == 0:
 	case !u.Sent:
 		g.release(probed, id, 0)
@@ -534,9 +549,24 @@ func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
 	}
 }
 
-// block applies a block of route; probed are the gates the request probed
-// (under id). g.mu is held.
-func (g *Gates) block(route string, u *store.Update, probed []string, id string) {
+// blame names route as the one that went past the edge in a block of
+// every route. The pace a block of every route set on another route before
+// was set there by mistake (the edge met on one route is met on it again):
+// it goes. g.mu is held.
+func (g *Gates) blame(route string) {
+	if g.blamed != "" && g.blamed != route {
+		delete(g.paces, g.blamed)
+	}
+	g.blamed = route
+}
+
+// block applies a block of route to the request of r; probed are the
+// gates the request probed (under id). g.mu is held.
+func (g *Gates) block(r *store.Reservation, route string, u *store.Update, probed []string, id string) {
+	var sent time.Time // when the request was granted, if the store says
+	if r != nil && !r.SendBy.IsZero() {
+		sent = r.SendBy
+	}
 	key := route
 	if u.Ban {
 		key = All
@@ -566,18 +596,28 @@ func (g *Gates) block(route string, u *store.Update, probed []string, id string)
 		paced := key
 		if u.Ban && route != "" {
 			paced = route
+			g.blame(paced)
 		}
 		g.learn(paced, now)
+		gt.paced, gt.sent = paced, sent
+	} else if u.Ban && route != "" && route != gt.paced && !sent.IsZero() && sent.Before(gt.sent) {
+		if p := g.paces[gt.paced]; p != nil && !p.tried && p.learned != 0 {
+			delete(g.paces, gt.paced)
+		}
+		g.blame(route)
+		g.learn(route, now)
+		gt.paced, gt.sent = route, sent
 	}
 	pause := max(g.pause(max(gt.strikes, 1)), u.RetryAfter)
 	gt.until = later(gt.until, now.Add(pause))
 	gt.changed = now
 	g.broadcast()
+	paced := gt.paced
 	g.background(func(ctx context.Context) {
 		// Only a blocked probe is a strike for the shared store, which
 		// counts one for a gate it did not have: the first block of an
 		// episode, met by several processes, is one strike.
-		st, err := g.remote.Block(ctx, key, probeBlocked, pause, g.base, g.max)
+		st, err := g.remote.Block(ctx, key, probeBlocked, pause, g.base, g.max, paced)
 		if err == nil {
 			g.mu.Lock()
 			g.merge([]State{st}, g.clk.Now())
@@ -636,11 +676,15 @@ func (g *Gates) merge(states []State, now time.Time) {
 			gt = g.gates[All]
 		}
 		if gt == nil {
-			gt = &gate{}
+			gt = &gate{paced: st.Key}
+			if st.Key == All && st.Paced != "" {
+				gt.paced = st.Paced
+				g.blame(st.Paced)
+			}
 			g.gates[st.Key] = gt
-			g.learn(st.Key, now) // another process met a block
+			g.learn(gt.paced, now) // another process met a block
 		} else if st.Strikes > gt.strikes {
-			g.learn(st.Key, now) // another process's probe was blocked
+			g.learn(cmp.Or(gt.paced, st.Key), now) // another process's probe was blocked
 		}
 		// A pause only grows until a probe passes (Gone).
 		gt.until = later(gt.until, now.Add(st.Until))

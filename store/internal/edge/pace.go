@@ -13,12 +13,17 @@ import (
 // whose size the block does not say either. After one, the store paces the
 // blocked route (or, for a gate of the whole store, every request): it
 // counts the requests of this process that passed the edge (answered with
-// anything but a block) in the PaceWindow before the block, and from then
-// on lets out at most three quarters of that per PaceWindow, one request
-// every PaceWindow/n. A block that comes after the pace let requests out
+// anything but a block) in the PaceWindow before the block, n, and from
+// then on lets out at most nine tenths of that per PaceWindow, one request
+// every PaceWindow/(0.9 n). The tenth kept back leaves the spacing a
+// tenth of the window (100 ms) of slack, more than the network's jitter
+// can take from it, so evenly spaced requests never bunch into n+1 within
+// a window of the edge. Requests sent before the block and answered after
+// it passed too: the first request the pace lets out counts them again
+// (see recount). A block that comes after the pace let requests out
 // halves its rate (down to one request per the longest block pause). Each
 // process paces by what passed for itself: the processes sharing an IP
-// address together stay under three quarters of what passed for the IP
+// address together stay under nine tenths of what passed for the IP
 // before it was blocked, without a shared counter on every request. A pace
 // is forgotten PaceMemory after the block that set it, so that a limit
 // that rose is found again, at the cost of at most one block per
@@ -27,22 +32,39 @@ import (
 //
 // Like TCP's congestion control, a pace probes upward: after RaiseAfter
 // without a block, during which the pace held requests back, it lets one
-// request more per PaceWindow. A block after a raise sets the pace back to
-// the rate that ran clean before it, and doubles the time before the next
-// raise (up to PaceMemory), so that the edge is found within a request or
-// two per PaceWindow at the cost of a block now and then, rarer and rarer;
-// only a block at a rate that had run clean halves it.
+// request more per PaceWindow, as long as that stays within nine tenths of
+// the rate the edge last refused (the ceiling: what passed before the
+// first block, or the rate a later block came at). Past that, where the
+// edge was met, a raise waits ProbeAfter, and each block after such a
+// raise sets the pace back to the rate that ran clean and doubles that
+// wait (up to PaceMemory): the edge is found again within a request per
+// PaceWindow, at the cost of a block rarer and rarer. A block at a rate
+// that had run clean halves it.
 const (
 	PaceWindow = time.Second
 	PaceMemory = 10 * time.Minute
 	RaiseAfter = 5 * PaceWindow
+	ProbeAfter = 30 * PaceWindow
 )
+
+// paceShare is the share, in tenths, of what passed (or of the ceiling)
+// that a pace lets out.
+const paceShare = 9
+
+// every returns the interval of a pace of rate requests per PaceWindow,
+// rounded up to the millisecond so that a window never holds one more.
+func every(rate float64) time.Duration {
+	return (time.Duration(float64(PaceWindow)/rate) + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// rate returns the requests per PaceWindow of a pace of one per d.
+func rate(d time.Duration) float64 { return float64(PaceWindow) / float64(d) }
 
 // slotWidth is the width of the slots in which passes are counted; slots
 // is how many a ring keeps, more than PaceWindow holds.
 const (
 	slotWidth = 100 * time.Millisecond
-	slots     = 16
+	slots     = 32
 )
 
 // maxCounted bounds the routes whose passes are counted one by one; those
@@ -114,7 +136,11 @@ func (s *passes) add(route string, n uint32) {
 // count returns the requests of key (a route, or All) that passed in the
 // PaceWindow up to t.
 func (s *passes) count(key string, t time.Time) int {
-	n, k := slotOf(t), int(PaceWindow/slotWidth)
+	return s.sum(key, slotOf(t), int(PaceWindow/slotWidth))
+}
+
+// sum returns the requests of key that passed in the k slots up to slot n.
+func (s *passes) sum(key string, n uint32, k int) int {
 	if key != All {
 		if r, ok := s.routes.Load(key); ok {
 			return r.(*ring).sum(n, k)
@@ -130,60 +156,80 @@ func (s *passes) count(key string, t time.Time) int {
 
 // pace is what a block taught of a route (or of the store, All).
 type pace struct {
+	key   string        // its route, or All
 	every time.Duration // one request per every
 	next  time.Time     // the next may go then
 	until time.Time     // forgotten then
 	tried bool          // a request other than a block's probe went out under it
 
-	// Probing upward: good is the pace before the last raise (0: none
-	// since the block), set is when every was set, raiseAfter how long it
-	// must run clean, and held whether it held a request back since.
+	// Probing upward: ceil is the rate the edge last refused, in requests
+	// per PaceWindow; good is the pace before the last raise (0: none
+	// since the block), set is when every was set, probeAfter how long it
+	// must run clean before a raise past nine tenths of ceil, and held
+	// whether it held a request back since.
+	ceil       float64
 	good       time.Duration
 	set        time.Time
-	raiseAfter time.Duration
+	probeAfter time.Duration
 	held       bool
+
+	// learned is the slot of the block that set the pace from what had
+	// passed, to count again once the answers in flight at the block are
+	// in (see recount); zero once counted again.
+	learned uint32
 }
 
 // raise lets one request more per PaceWindow through p, when it ran clean
-// for its raiseAfter while holding requests back; now is the time.
+// for long enough while holding requests back: RaiseAfter within nine
+// tenths of its ceiling, probeAfter past it; now is the time.
 func (p *pace) raise(now time.Time) {
-	if !p.held || now.Sub(p.set) < p.raiseAfter {
+	if !p.held {
 		return
 	}
-	n := int64((PaceWindow + p.every/2) / p.every) // requests per window now, rounded
-	every := (PaceWindow/time.Duration(n+1) + time.Millisecond - 1).Truncate(time.Millisecond)
-	if every >= p.every {
+	next := rate(p.every) + 1
+	wait := RaiseAfter
+	if next*10 > paceShare*p.ceil {
+		wait = p.probeAfter
+	}
+	if now.Sub(p.set) < wait {
 		return
 	}
-	p.good, p.every, p.set, p.held = p.every, every, now, false
+	e := every(next)
+	if e >= p.every {
+		return
+	}
+	p.good, p.every, p.set, p.held = p.every, e, now, false
 }
 
-// learn sets, or halves, the pace of key after a block this process met
+// learn sets, or lowers, the pace of key after a block this process met
 // or heard of at now; g.mu is held.
 func (g *Gates) learn(key string, now time.Time) {
 	if _, ok := g.paces[key]; !ok && key != All && len(g.paces) >= maxPaces {
 		key = All // bounded: blocks on that many routes are the IP's
 	}
 	n := g.passed.count(key, now)
-	// Rounded up to the millisecond, so that a window never holds one
-	// more.
-	every := (PaceWindow/time.Duration(max(n*3/4, 1)) + time.Millisecond - 1).Truncate(time.Millisecond)
+	e, ceil, learned := every(float64(n)*paceShare/10), float64(n), slotOf(now)
 	p := g.paces[key]
-	raiseAfter := RaiseAfter
+	probeAfter := ProbeAfter
 	if p != nil && now.Before(p.until) {
 		if !p.tried {
 			// Nothing went out under the pace yet: the same block.
 			return
 		}
-		raiseAfter = p.raiseAfter
+		probeAfter, ceil, learned = p.probeAfter, rate(p.every), 0
 		if p.good > p.every {
 			// Blocked after a raise: back to the rate that ran clean,
-			// and the next raise waits twice as long.
-			every = p.good
-			raiseAfter = min(2*p.raiseAfter, PaceMemory)
+			// and the next raise past the ceiling waits twice as long.
+			e = p.good
+			probeAfter = min(2*p.probeAfter, PaceMemory)
+		} else if now.Sub(p.set) < RaiseAfter {
+			// Blocked soon after the pace was set: what passed before
+			// overstated the edge a little (a count is one off when the
+			// network bunches answers); a tenth less.
+			e = every(rate(p.every) * paceShare / 10)
 		} else {
-			// Blocked at a rate that had run clean: the pace was too loose.
-			every = min(2*p.every, max(g.max, PaceWindow, p.every))
+			// Blocked at a rate that had run clean: the edge came down.
+			e = min(2*p.every, max(g.max, PaceWindow, p.every))
 		}
 	} else if n == 0 {
 		// Nothing of this process passed there: it has nothing to learn,
@@ -191,15 +237,49 @@ func (g *Gates) learn(key string, now time.Time) {
 		return
 	}
 	if p == nil {
-		p = &pace{}
+		p = &pace{key: key}
 		g.paces[key] = p
 	}
-	p.every, p.until, p.tried = every, now.Add(PaceMemory), false
-	p.good, p.set, p.raiseAfter, p.held = 0, now, raiseAfter, false
+	p.every, p.until, p.tried, p.ceil, p.learned = e, now.Add(PaceMemory), false, ceil, learned
+	p.good, p.set, p.probeAfter, p.held = 0, now, probeAfter, false
 	if g.paceSweep.IsZero() || p.until.Before(g.paceSweep) {
 		g.paceSweep = p.until
 	}
 	g.broadcast()
+}
+
+// lateAnswers is how many slots after a block the answers of requests
+// sent before it are counted in (see recount): they come within a round
+// trip, and the block's pause, at least a second, keeps any request sent
+// after the block out of them.
+const lateAnswers = 5
+
+// recount counts again, for the pace p, the most that passed within a
+// PaceWindow up to the block that set it, now that the answers in flight
+// at the block are in, once the pace lets its first request out: a block
+// can answer before requests sent just ahead of it, which passed and count
+// towards the rate the edge allowed. A passing request is counted when its
+// answer comes, so the windows counted end from the block's slot to
+// lateAnswers slots after it. It only raises the pace; the ring must still
+// hold the slots, as it does for a first pause of up to two seconds. g.mu
+// is held.
+func (g *Gates) recount(p *pace, now time.Time) {
+	from, last := p.learned, slotOf(now)
+	p.learned = 0
+	if from == 0 || last-from+uint32(PaceWindow/slotWidth) >= slots {
+		return
+	}
+	// The most that passed within a PaceWindow, over the windows that end
+	// between the block and lateAnswers slots after it, less one: answers
+	// the network bunched can put one more in a window than the edge let
+	// through in one, and the most of several windows finds it.
+	n := 0.0
+	for end := from; end <= from+lateAnswers; end++ {
+		n = max(n, float64(g.passed.sum(p.key, end, int(PaceWindow/slotWidth))-1))
+	}
+	if n > p.ceil {
+		p.every, p.ceil = every(n*paceShare/10), n
+	}
 }
 
 // paceOf returns the pace of key: one request per the returned interval,
@@ -261,6 +341,9 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 		}
 		if !now.Before(at) && g.firstPaced(seq, c.Route) {
 			for _, p := range ps {
+				if p.learned != 0 && !probe {
+					g.recount(p, now)
+				}
 				p.raise(now)
 				p.next = later(p.next, now).Add(p.every)
 				p.tried = p.tried || !probe

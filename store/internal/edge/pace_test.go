@@ -102,13 +102,13 @@ func TestBlockLearnsAPace(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 20, 10*time.Millisecond)
 	block(g, route)
-	if got, want := g.paceOf(route), 67*time.Millisecond; got != want {
-		t.Errorf("Pace after 20 passed = %v; want %v (15 per second, rounded up to the millisecond)", got, want)
+	if got, want := g.paceOf(route), 56*time.Millisecond; got != want {
+		t.Errorf("Pace after 20 passed = %v; want %v (18 per second, rounded up to the millisecond)", got, want)
 	}
 	// More blocks of the same episode, before the pace let anything out,
 	// change nothing.
 	block(g, route)
-	if got := g.paceOf(route); got != 67*time.Millisecond {
+	if got := g.paceOf(route); got != 56*time.Millisecond {
 		t.Errorf("Pace after a second block response of the same episode = %v; want it unchanged", got)
 	}
 	if g.paceOf("GET /users/@me") != 0 || g.paceOf(All) != 0 {
@@ -116,20 +116,70 @@ func TestBlockLearnsAPace(t *testing.T) {
 	}
 }
 
-func TestBlockWhilePacedHalvesTheRate(t *testing.T) {
-	g, clk := newGates(t)
-	pass(g, clk, route, 8, 10*time.Millisecond) // 6 per second
-	block(g, route)
-	clk.Advance(2 * time.Second)
-	probePassed(g, route)
+// TestBlockWhilePacedLowersTheRate: a block soon after the pace was set
+// takes a tenth off it (the count it came from was one off); a block at a
+// rate that had run clean for RaiseAfter halves it.
+func TestBlockWhilePacedLowersTheRate(t *testing.T) {
 	ctx := context.Background()
-	if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
+	for _, tc := range []struct {
+		name  string
+		clean time.Duration // how long the pace ran before the block
+		want  time.Duration
+	}{
+		{"soon after", time.Second, 155 * time.Millisecond}, // 6.48 per second
+		{"after running clean", RaiseAfter, 278 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, clk := newGates(t)
+			pass(g, clk, route, 8, 10*time.Millisecond) // 7.2 per second: 139 ms
+			block(g, route)
+			clk.Advance(tc.clean)
+			probePassed(g, route)
+			if err := g.awaitPace(ctx, store.Claim{Route: route}, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			pass(g, clk, route, 1, 0)
+			block(g, route)
+			if got := g.paceOf(route); got != tc.want {
+				t.Errorf("Pace after a block under a pace of %v = %v; want %v", 139*time.Millisecond, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPaceCountsAnswersAfterTheBlock: requests sent before a block whose
+// answers came after it passed too; the first request the pace lets out
+// counts them. Answers that come later than that, or a pause too long for
+// the count to be kept, change nothing.
+func TestPaceCountsAnswersAfterTheBlock(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 8, 10*time.Millisecond)
+	block(g, route) // 7.2 per second: 139 ms
+	pass(g, clk, route, 3, 50*time.Millisecond)
+	clk.Advance(time.Second)
+	if got, want := g.paceOf(route), 139*time.Millisecond; got != want {
+		t.Fatalf("pace before it let a request out = %v; want %v", got, want)
+	}
+	probePassed(g, route)
+	if err := g.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	pass(g, clk, route, 1, 0)
-	block(g, route)
-	if got, want := g.paceOf(route), 334*time.Millisecond; got != want {
-		t.Errorf("Pace after a block under a pace of %v = %v; want %v", 167*time.Millisecond, got, want)
+	if got, want := g.paceOf(route), 112*time.Millisecond; got != want {
+		t.Errorf("pace once eleven had passed = %v; want %v (9 per second: ten, one being for the network's bunching)", got, want)
+	}
+
+	// A pause longer than the passes are kept: the count at the block stays.
+	g2, clk2 := newGates(t)
+	pass(g2, clk2, route, 8, 10*time.Millisecond)
+	block(g2, route)
+	pass(g2, clk2, route, 2, 50*time.Millisecond)
+	clk2.Advance(4 * time.Second)
+	probePassed(g2, route)
+	if err := g2.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g2.paceOf(route), 139*time.Millisecond; got != want {
+		t.Errorf("pace after a 4 s pause = %v; want %v, what the block counted", got, want)
 	}
 }
 
@@ -166,7 +216,7 @@ func TestPaceForgotten(t *testing.T) {
 // releases the waiters.
 func TestAwaitPaceSpaces(t *testing.T) {
 	g, clk := newGates(t)
-	pass(g, clk, route, 4, 0) // 3 per second
+	pass(g, clk, route, 4, 0) // 3.6 per second
 	block(g, route)
 	probePassed(g, route)
 	ctx := context.Background()
@@ -178,8 +228,8 @@ func TestAwaitPaceSpaces(t *testing.T) {
 	now.NoWait = true
 	err := g.awaitPace(ctx, now, false, nil)
 	var we *store.WaitError
-	if !errors.As(err, &we) || !errors.Is(err, store.ErrWaitTooLong) || we.Scope != store.ScopeBlocked || we.RetryAfter != 334*time.Millisecond {
-		t.Fatalf("awaitPace(NoWait) = %v; want ErrWaitTooLong, scope blocked, retry after 334ms", err)
+	if !errors.As(err, &we) || !errors.Is(err, store.ErrWaitTooLong) || we.Scope != store.ScopeBlocked || we.RetryAfter != 278*time.Millisecond {
+		t.Fatalf("awaitPace(NoWait) = %v; want ErrWaitTooLong, scope blocked, retry after 278ms", err)
 	}
 
 	done := make(chan error, 2)
@@ -192,7 +242,7 @@ func TestAwaitPaceSpaces(t *testing.T) {
 		t.Fatalf("awaitPace returned %v before the interval", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	clk.Advance(334 * time.Millisecond)
+	clk.Advance(278 * time.Millisecond)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +319,7 @@ func (l *clockLapser) Lapsed(r *store.Reservation) bool { return l.clk.Now().Aft
 // once the pace lets it go, rather than hand out a grant that lapsed.
 func TestPacedGrantIsFresh(t *testing.T) {
 	g, clk := newGates(t)
-	pass(g, clk, route, 4, 0) // 3 per second: one request every 334 ms
+	pass(g, clk, route, 4, 0) // 3.6 per second: one request every 334 ms
 	block(g, route)
 	probePassed(g, route)
 	l := &clockLapser{clk: clk}
@@ -300,7 +350,7 @@ func TestPacedGrantIsFresh(t *testing.T) {
 	for clk.Timers() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	clk.Advance(334 * time.Millisecond)
+	clk.Advance(278 * time.Millisecond)
 	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -330,41 +380,58 @@ func letOut(t *testing.T, g *Gates, clk *clock.Fake, n int) {
 	}
 }
 
-// TestPaceProbesUpward: a pace that ran clean for RaiseAfter while it held
-// requests back lets one more through per window; a block after the raise
-// sets it back to the rate that ran clean and doubles the time to the next
-// raise.
+// TestPaceProbesUpward: a pace that ran clean while it held requests back
+// lets one more through per window: after RaiseAfter within nine tenths of
+// the rate the edge refused, after ProbeAfter past it. A block after a
+// raise sets it back to the rate that ran clean and doubles the wait
+// before the next raise past the ceiling; a block at a rate that had run
+// clean halves it, and raises climb back at RaiseAfter each.
 func TestPaceProbesUpward(t *testing.T) {
 	g, clk := newGates(t)
 	pass(g, clk, route, 20, 10*time.Millisecond)
-	block(g, route) // 15 per second: 67 ms
+	block(g, route) // 18 per second (56 ms), under a ceiling of 20
 	probePassed(g, route)
-	letOut(t, g, clk, 74) // 74 × 67 ms < 5 s
-	if got := g.paceOf(route); got != 67*time.Millisecond {
-		t.Fatalf("pace raised to %v before it ran clean for %v", got, RaiseAfter)
+	letOut(t, g, clk, 530) // 530 × 56 ms < 30 s: 19 per second is past nine tenths of 20
+	if got := g.paceOf(route); got != 56*time.Millisecond {
+		t.Fatalf("pace raised to %v before it ran clean for %v", got, ProbeAfter)
 	}
-	letOut(t, g, clk, 2)
-	if got, want := g.paceOf(route), 63*time.Millisecond; got != want {
-		t.Fatalf("pace after running clean for %v = %v; want %v (16 per second)", RaiseAfter, got, want)
+	letOut(t, g, clk, 10)
+	if got, want := g.paceOf(route), 54*time.Millisecond; got != want {
+		t.Fatalf("pace after running clean for %v = %v; want %v (one more per second)", ProbeAfter, got, want)
 	}
-	// Another clean interval: one more.
-	letOut(t, g, clk, 80)
-	if got, want := g.paceOf(route), 59*time.Millisecond; got != want {
-		t.Fatalf("pace after a second clean interval = %v; want %v (17 per second)", got, want)
-	}
-	// Blocked at 17: back to 16, and the next raise waits twice as long.
+	// Blocked there: back to the rate that ran clean, and the next raise
+	// past the ceiling waits twice as long.
 	block(g, route)
-	if got, want := g.paceOf(route), 63*time.Millisecond; got != want {
+	if got, want := g.paceOf(route), 56*time.Millisecond; got != want {
 		t.Fatalf("pace after a block that followed a raise = %v; want %v, the rate that ran clean", got, want)
 	}
 	probePassed(g, route)
-	letOut(t, g, clk, 150) // 150 × 63 ms < 10 s
-	if got := g.paceOf(route); got != 63*time.Millisecond {
-		t.Fatalf("pace raised to %v before twice %v", got, RaiseAfter)
+	letOut(t, g, clk, 1060) // 1,060 × 56 ms < 60 s
+	if got := g.paceOf(route); got != 56*time.Millisecond {
+		t.Fatalf("pace raised to %v before twice %v", got, ProbeAfter)
 	}
-	letOut(t, g, clk, 10)
-	if got := g.paceOf(route); got != 59*time.Millisecond {
-		t.Fatalf("pace after twice %v clean = %v; want 59ms", RaiseAfter, got)
+	letOut(t, g, clk, 20)
+	if got := g.paceOf(route); got != 54*time.Millisecond {
+		t.Fatalf("pace after twice %v clean = %v; want 54ms", ProbeAfter, got)
+	}
+	// Blocked at 18.5 per second, then at the rate that ran clean for
+	// RaiseAfter: halved, under a ceiling of 17.9 per second.
+	block(g, route)
+	probePassed(g, route)
+	letOut(t, g, clk, 90) // 90 × 56 ms > 5 s
+	block(g, route)
+	if got, want := g.paceOf(route), 112*time.Millisecond; got != want {
+		t.Fatalf("pace after a block at a rate that ran clean = %v; want %v", got, want)
+	}
+	probePassed(g, route)
+	// Within nine tenths of the ceiling, raises come every RaiseAfter.
+	letOut(t, g, clk, 44) // 44 × 112 ms < 5 s
+	if got := g.paceOf(route); got != 112*time.Millisecond {
+		t.Fatalf("pace raised to %v before it ran clean for %v", got, RaiseAfter)
+	}
+	letOut(t, g, clk, 2)
+	if got, want := g.paceOf(route), 101*time.Millisecond; got != want {
+		t.Fatalf("pace after running clean for %v under the ceiling = %v; want %v (one more per second)", RaiseAfter, got, want)
 	}
 }
 
@@ -382,8 +449,8 @@ func TestPaceNotHoldingDoesNotRise(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := g.paceOf(route); got != 67*time.Millisecond {
-		t.Errorf("pace = %v after 20 s in which it held nothing back; want 67ms", got)
+	if got := g.paceOf(route); got != 56*time.Millisecond {
+		t.Errorf("pace = %v after 20 s in which it held nothing back; want 56ms", got)
 	}
 }
 
@@ -398,10 +465,71 @@ func TestBlockOfEveryRoutePacesItsRoute(t *testing.T) {
 	if g.Estimate("GET /users/@me") == 0 {
 		t.Error("the block does not hold another route")
 	}
-	if got, want := g.paceOf(route), 167*time.Millisecond; got != want {
-		t.Errorf("pace of the route that met the block = %v; want %v (6 per second)", got, want)
+	if got, want := g.paceOf(route), 139*time.Millisecond; got != want {
+		t.Errorf("pace of the route that met the block = %v; want %v (7.2 per second)", got, want)
 	}
 	if got := g.paceOf(All); got != 0 {
 		t.Errorf("the whole store is paced (%v); want only the route that met the block", got)
+	}
+}
+
+// TestBlockOfEveryRoutePacesTheRouteSentFirst: the responses of a block of
+// every route may come back in any order; the pace falls on the route of
+// the request granted first among them, which the edge met first, as long
+// as nothing went out under the pace yet.
+func TestBlockOfEveryRoutePacesTheRouteSentFirst(t *testing.T) {
+	g, clk := newGates(t)
+	const other = "POST /channels/:id/messages"
+	pass(g, clk, route, 4, 0)
+	pass(g, clk, other, 8, 10*time.Millisecond)
+	ban := func(route string, granted time.Duration) {
+		r := &store.Reservation{SendBy: clk.Now().Add(granted)}
+		g.Settle(r, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
+	}
+	ban(other, -20*time.Millisecond) // answered first, sent second
+	if got := g.paceOf(other); got != 139*time.Millisecond {
+		t.Fatalf("pace of the route that met the block first = %v; want 139ms", got)
+	}
+	ban(route, -60*time.Millisecond)
+	if got := g.paceOf(other); got != 0 {
+		t.Errorf("pace of the route sent second = %v; want none once a request sent before met the block", got)
+	}
+	if got, want := g.paceOf(route), 278*time.Millisecond; got != want {
+		t.Errorf("pace of the route sent first = %v; want %v (3.6 per second)", got, want)
+	}
+	ban(other, -40*time.Millisecond) // sent after the first: changes nothing
+	if got := g.paceOf(other); got != 0 {
+		t.Errorf("pace of the route sent second = %v after another of its responses; want none", got)
+	}
+}
+
+// TestBlockOfEveryRouteOnAnotherRouteUnpacesTheFirst: a block of every
+// route whose pace fell on one route, followed by another that falls on
+// another route, shows the first was the wrong one: its pace goes.
+func TestBlockOfEveryRouteOnAnotherRouteUnpacesTheFirst(t *testing.T) {
+	g, clk := newGates(t)
+	const other = "POST /channels/:id/messages"
+	ban := func(route string) {
+		g.Settle(&store.Reservation{}, &store.Claim{Route: route}, &store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
+	}
+	pass(g, clk, route, 4, 0)
+	pass(g, clk, other, 8, 10*time.Millisecond)
+	ban(other)
+	if g.paceOf(other) == 0 {
+		t.Fatal("the first block of every route paced nothing")
+	}
+	clk.Advance(2 * time.Second)
+	probePassed(g, All)
+	if err := g.awaitPace(context.Background(), store.Claim{Route: other}, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	pass(g, clk, route, 4, 0)
+	pass(g, clk, other, 8, 10*time.Millisecond)
+	ban(route)
+	if got := g.paceOf(other); got != 0 {
+		t.Errorf("pace of the route the first block fell on = %v; want none once the next fell on another", got)
+	}
+	if g.paceOf(route) == 0 {
+		t.Error("the route the second block fell on is not paced")
 	}
 }
