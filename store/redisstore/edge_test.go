@@ -228,6 +228,74 @@ func TestBlockPacesEveryProcess(t *testing.T) {
 	}
 }
 
+// TestBlockOfEveryRoutePacesItsRouteInEveryProcess: a block of every
+// route (a body that is not JSON) that one process meets on a route paces
+// that route in another process sharing the store, not every route: the
+// note of the block names it.
+func TestBlockOfEveryRoutePacesItsRouteInEveryProcess(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t)
+	pol := store.Policy{BlockPause: time.Second}
+	a := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+	const route, other = "GET /channels/:id/messages", "POST /channels/:id/messages"
+	claim := func(cred, route string) store.Claim {
+		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
+	}
+	ok := store.Update{Sent: true, Status: 200, Bucket: "m", HasLimit: true, Limit: 100, Remaining: 90, ResetAfter: 30 * time.Second}
+	send := func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
+		t.Helper()
+		r, err := s.Acquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		if err := r.Report(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	for range 6 {
+		send(b, claim("ban-b", route), ok)
+		send(b, claim("ban-b", other), ok)
+	}
+	send(a, claim("ban-a", route), store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
+	deadline := time.Now().Add(2 * time.Second)
+	for b.BlockedFor(other) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other process never learned of the block")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	send(a, claim("ban-a", route), ok) // the probe, after the pause
+	// Six passed in b on each route: the route that met the block goes at
+	// 5.4 per second, the other route at once.
+	const every, slack = 186 * time.Millisecond, 20 * time.Millisecond
+	last := send(b, claim("ban-b", route), ok)
+	for i := range 2 {
+		at := send(b, claim("ban-b", route), ok)
+		if gap := at.Sub(last); gap < every-slack {
+			t.Errorf("process b, request %d of the route that met the block: %v after the one before; want at least %v", i+2, gap, every)
+		}
+		last = at
+	}
+	for i := range 3 {
+		r, err := b.Acquire(ctx, claim("ban-b", other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Waited > every/2 {
+			t.Errorf("process b, request %d of another route: waited %v; want no pace", i+1, r.Waited)
+		}
+		if err := r.Report(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestSharedResourceAcrossProcesses: a 429 of scope shared that one
 // process meets holds that resource, and only it, in another process
 // sharing the store, for the wait the 429 names.
