@@ -59,9 +59,9 @@
 // which counts per IP address: the store holds its route for
 // every credential, in every process of a shared store, for a pause of at
 // least a second ([WithBlockPause]), then lets one probe through at a time,
-// doubling the pause each time the probe is blocked again. A ban page, any
-// header-less 429 whose body is not JSON (Discord's API answers JSON), or
-// blocks on two routes, hold every route. Nothing is resent in a loop. A
+// the probes going when the block has lasted one, two, four... pauses. A
+// ban page, any header-less 429 whose body is not JSON (Discord's API
+// answers JSON), or blocks on two routes, hold every route. Nothing is resent in a loop. A
 // block also says the route went past a limit, so once it ends the route
 // is paced: each process lets out at most nine tenths of what passed for
 // it in the second before the block (counting the answers that came just

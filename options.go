@@ -245,7 +245,8 @@ func WithCooldown(d time.Duration) Option {
 // WithBlockPause sets how long nothing is sent on a route after a
 // Cloudflare block (a 429 that Discord's API did not send), from any
 // credential, before one probe may go, and the cap of that pause as it
-// doubles with each probe that is blocked again, in the memory store the
+// doubles with each probe blocked again after the first (the probes go when
+// the block has lasted one, two, four... pauses), in the memory store the
 // transport creates (see [WithStore]; a store takes them from its
 // [store.Policy]). A ban page, or blocks on two routes, hold every route.
 // After a block the route is paced by what passed before it (see the

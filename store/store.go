@@ -96,7 +96,8 @@ type Policy struct {
 	Cooldown time.Duration
 	// BlockPause is how long nothing is sent after a header-less 429 (a
 	// Cloudflare block) before one probe may go, and BlockPauseMax caps the
-	// pause as it doubles with each probe that is blocked again. Zero means
+	// pause as it doubles with each probe blocked again after the first (the
+	// probes go when the block has lasted one, two, four... pauses). Zero means
 	// [DefaultBlockPause] and [DefaultBlockPauseMax]; BlockPause is never
 	// less than a second, BlockPauseMax never less than BlockPause.
 	BlockPause    time.Duration

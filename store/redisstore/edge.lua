@@ -69,8 +69,8 @@ local function edgeMain()
       g.strikes = g.strikes + 1
       g.probe, g.id = 0, ''
     end
-    local p = first
-    for _ = 2, g.strikes do
+    local p = first -- after the first block and the first blocked probe (see edge.Gates.pause)
+    for _ = 3, g.strikes do
       if p >= maxp then break end
       p = p * 2
     end

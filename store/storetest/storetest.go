@@ -1146,8 +1146,9 @@ func testShared429(h *harness) {
 // testBlocked429: a header-less 429 (a Cloudflare block, per IP address)
 // holds every request of its route from every credential for the block
 // pause, then lets one probe through at a time; a probe blocked again
-// doubles the pause; a probe that passes releases everyone. Other routes
-// go on.
+// waits the same pause, one blocked after it twice that (the probes go
+// when the block has lasted one, two, four... pauses); a probe that
+// passes releases everyone. Other routes go on.
 func testBlocked429(h *harness) {
 	h = h.with(store.Policy{BlockPause: time.Second, BlockPauseMax: 2 * time.Second})
 	a, b := h.cred("a"), h.cred("b")
@@ -1172,18 +1173,26 @@ func testBlocked429(h *harness) {
 	first := h.queue(h.t.Context(), bucketed)
 	second := h.queue(h.t.Context(), claim(b, routeCreate, major2))
 	third := h.queue(h.t.Context(), claim(b, routeCreate, major3))
+	fourth := h.queue(h.t.Context(), claim(a, routeCreate, major1))
 	probe := h.granted(first, "first request after the block")
 	h.notBefore(probe, t0, time.Second, "the probe")
 	// One probe at a time.
 	second = h.stillWaiting(second, watch, "a second request while the probe is out")
 	t1 := time.Now()
 	h.update(probe.p, tooMany(bucketed, store.ScopeBlocked, 0))
-	// Blocked again: the pause doubles.
+	// Blocked again: the block has lasted a pause; the next probe goes
+	// when it has lasted two.
 	next := h.granted(second, "the next probe")
-	h.notBefore(next, t1, 2*time.Second, "the next probe")
+	h.notBefore(next, t1, time.Second, "the next probe")
 	third = h.stillWaiting(third, watch, "a third request while the next probe is out")
-	h.update(next.p, response(claim(b, routeCreate, major2), 200))
-	h.granted(third, "a request after a probe passed")
+	t2 := time.Now()
+	h.update(next.p, tooMany(claim(b, routeCreate, major2), store.ScopeBlocked, 0))
+	// Blocked a third time: the pause doubles.
+	last := h.granted(third, "the probe after two blocked")
+	h.notBefore(last, t2, 2*time.Second, "the probe after two blocked")
+	fourth = h.stillWaiting(fourth, watch, "a fourth request while that probe is out")
+	h.update(last.p, response(claim(b, routeCreate, major3), 200))
+	h.granted(fourth, "a request after a probe passed")
 	h.acquireNow(claim(a, routeCreate, major1))
 }
 

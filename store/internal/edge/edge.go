@@ -6,7 +6,8 @@
 //
 // A block holds its requests for a pause, then lets one probe through. The
 // probe's response decides: anything but another block ends the block and
-// releases every waiter; another block doubles the pause, up to a cap. The
+// releases every waiter; another block waits the pause again, and each one
+// after that doubles it, up to a cap (see Gates.pause). The
 // probe is chosen among the waiters in arrival order. A request that was
 // sent before the block and comes back blocked too extends the pause but
 // does not double it: only the first block and each blocked probe count.
@@ -160,10 +161,14 @@ type Ticket struct {
 // Probe reports whether the ticket is a probe.
 func (t Ticket) Probe() bool { return len(t.Keys) > 0 }
 
-// pause returns the pause after strikes blocks.
+// pause returns the pause after strikes blocks: the first pause after the
+// first block and after the first blocked probe, then twice the one
+// before, up to the cap. The probes go at one, two, four, eight... first
+// pauses after the block began: each waits as long again as the block has
+// lasted.
 func (g *Gates) pause(strikes int) time.Duration {
 	p := g.base
-	for i := 1; i < strikes && p < g.max; i++ {
+	for i := 2; i < strikes && p < g.max; i++ {
 		p *= 2
 	}
 	return min(p, g.max)
