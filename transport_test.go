@@ -406,6 +406,8 @@ func TestShared429DelaysWithoutTouchingTheCounter(t *testing.T) {
 	}
 }
 
+// TestCloudflareBlockBacksOffExponentially: probes into a block that
+// lasts go when it has lasted one, two, four... pauses, up to the cap.
 func TestCloudflareBlockBacksOffExponentially(t *testing.T) {
 	t.Parallel()
 	f := newFakeDiscord()
@@ -425,9 +427,9 @@ func TestCloudflareBlockBacksOffExponentially(t *testing.T) {
 	if len(sent) != 4 {
 		t.Fatalf("server saw %d requests; want 4", len(sent))
 	}
-	for i, want := range []time.Duration{1000, 2000, 2000} {
-		if d := sent[i+1].at.Sub(sent[i].at); d < want*time.Millisecond {
-			t.Errorf("attempt %d came %v after the block; want at least %vms (doubling, capped)", i+2, d, want)
+	for i, want := range []time.Duration{time.Second, time.Second, 2 * time.Second} {
+		if d := sent[i+1].at.Sub(sent[i].at); d < want {
+			t.Errorf("attempt %d came %v after the one before; want at least %v (a pause, again, then doubling, capped)", i+2, d, want)
 		}
 	}
 }
