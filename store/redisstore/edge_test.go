@@ -155,6 +155,26 @@ func TestKindOneAtATimeAcrossProcesses(t *testing.T) {
 	}
 }
 
+// passed is a response that passed the edge, for the pace tests.
+var passed = store.Update{Sent: true, Status: 200, Bucket: "m", HasLimit: true, Limit: 100, Remaining: 90, ResetAfter: 30 * time.Second}
+
+// sender returns a function that claims c on s, reports u for it and
+// returns when the claim was granted.
+func sender(t *testing.T) func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
+	return func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
+		t.Helper()
+		r, err := s.Acquire(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		if err := r.Report(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+}
+
 // TestBlockPacesEveryProcess: a block one process meets paces, in each
 // process sharing the store, what that process sent: a process that sent
 // six requests in the second before goes at nine tenths of that (5.4 per
@@ -174,19 +194,7 @@ func TestBlockPacesEveryProcess(t *testing.T) {
 	claim := func(cred string) store.Claim {
 		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
 	}
-	ok := store.Update{Sent: true, Status: 200, Bucket: "m", HasLimit: true, Limit: 100, Remaining: 90, ResetAfter: 30 * time.Second}
-	send := func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
-		t.Helper()
-		r, err := s.Acquire(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now()
-		if err := r.Report(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
+	ok, send := passed, sender(t)
 
 	r, err := idle.Acquire(ctx, claim("pace-c")) // idle follows the store's channel
 	if err != nil {
@@ -245,19 +253,7 @@ func TestBlockOfEveryRoutePacesItsRouteInEveryProcess(t *testing.T) {
 	claim := func(cred, route string) store.Claim {
 		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
 	}
-	ok := store.Update{Sent: true, Status: 200, Bucket: "m", HasLimit: true, Limit: 100, Remaining: 90, ResetAfter: 30 * time.Second}
-	send := func(s *redisstore.Store, c store.Claim, u store.Update) time.Time {
-		t.Helper()
-		r, err := s.Acquire(ctx, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now()
-		if err := r.Report(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
+	ok, send := passed, sender(t)
 	for range 6 {
 		send(b, claim("ban-b", route), ok)
 		send(b, claim("ban-b", other), ok)
