@@ -15,8 +15,7 @@
 //  2. claims a slot from the store, waiting in arrival order while the
 //     bucket, the credential's global limit, or a pause ordered by a 429
 //     says so, and failing fast with a [*RateLimitError] when the wait would
-//     pass the request's deadline (less the transport's smoothed round
-//     trip) or [WithMaxWait];
+//     pass the request's deadline or [WithMaxWait];
 //  3. sends the request through the wrapped transport, unless its deadline
 //     now leaves less than the transport's smoothed round trip (20 ms
 //     before any response came): its slot then goes back, and it fails with

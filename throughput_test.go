@@ -318,33 +318,6 @@ func TestDeadlineShorterThanTheRoundTripIsNotSent(t *testing.T) {
 	mustOK(t, resp, err)
 }
 
-// TestDeadlineWaitsOnlyForSlotsItCanUse: a request whose deadline, less
-// the measured round trip, comes before its bucket's next slot fails at
-// once, instead of holding a place in line for a slot it would have to
-// give back.
-func TestDeadlineWaitsOnlyForSlotsItCanUse(t *testing.T) {
-	f := newFakeDiscord()
-	f.delay = 500 * time.Millisecond
-	mock := httpmock.NewMockTransport()
-	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 1, 2*time.Second, true))
-	c, _ := newClient(t, mock)
-	// A round trip of 500 ms, measured, and the bucket spent for 2 s.
-	okResp(t)(do(t, c, "POST", api+"/channels/1/messages", "Bot a"))
-	ctx, cancel := context.WithTimeout(context.Background(), 2050*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("request whose deadline leaves no round trip after the reset: %v; want context.DeadlineExceeded", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("it failed after %v; want at once, not at the bucket's reset", d)
-	}
-	if sent, _, _ := f.stats(); len(sent) != 1 {
-		t.Errorf("server saw %d requests; want 1", len(sent))
-	}
-}
-
 // TestDeadlineBeforeAnyResponse: before any response measured the round
 // trip, a request whose deadline leaves less than the shortest round trip
 // to Discord (20 ms) is not sent; one with time to spare is.

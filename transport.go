@@ -153,9 +153,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	for attempt := 1; ; attempt++ {
 		claim.Retry = attempt > 1 || lapsed // a retry keeps its place in line
 		tel.queue(+1)
-		actx, cancel := t.acquireContext(ctx)
-		permit, err := t.store.Acquire(actx, claim)
-		cancel()
+		permit, err := t.store.Acquire(ctx, claim)
 		tel.queue(-1)
 		if err != nil {
 			closeBody(req)
@@ -212,11 +210,6 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		sentAt := t.cfg.clock.Now()
 		resp, err := t.base.RoundTrip(tel.outgoing(out))
 		var lim limits
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// The deadline ran out on the way: before any response, the
-			// time it had is what the round trip is known to exceed.
-			t.rtt.CompareAndSwap(0, int64(t.cfg.clock.Now().Sub(sentAt)))
-		}
 		if err == nil {
 			t.observeRTT(t.cfg.clock.Now().Sub(sentAt))
 			lim, err = t.readLimits(resp, key) // an error: the body broke off
@@ -276,20 +269,6 @@ func (t *Transport) observeRTT(d time.Duration) {
 		return
 	}
 	t.rtt.Store(old + (int64(d)-old)/8)
-}
-
-// acquireContext returns the context to claim a slot under: ctx, with its
-// deadline brought forward by the smoothed round trip when both are known.
-// A slot granted later would go unused (see tooLate); waiting for it would
-// only keep it from a request that can use it, such as one whose caller
-// arrives in time.
-func (t *Transport) acquireContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	dl, ok := ctx.Deadline()
-	rtt := time.Duration(t.rtt.Load())
-	if !ok || rtt <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, dl.Add(-rtt))
 }
 
 // tooLate reports whether the deadline of ctx leaves less than the
