@@ -17,10 +17,9 @@
 //     says so, and failing fast with a [*RateLimitError] when the wait would
 //     pass the request's deadline or [WithMaxWait];
 //  3. sends the request through the wrapped transport, unless its deadline
-//     now leaves less than the transport's smoothed round trip (20 ms
-//     before any response came): its slot then goes back, and it fails with
-//     [context.DeadlineExceeded] rather than be counted by Discord and
-//     cancelled on its way;
+//     now leaves less than the transport's smoothed round trip: its slot
+//     then goes back, and it fails with [context.DeadlineExceeded] rather
+//     than be counted by Discord and cancelled on its way;
 //  4. reports the response's rate-limit headers and 429 body to the store;
 //  5. sends a 429 again through a new claim, which waits exactly as long as
 //     Discord asked, and retries 5xx responses and network errors of
@@ -60,8 +59,8 @@
 // least a second ([WithBlockPause]), then lets one probe through at a time,
 // the probes going when the block has lasted one, two, four... pauses. A
 // ban page, any header-less 429 whose body is not JSON (Discord's API
-// answers JSON), or blocks on two routes, hold every route. Nothing is resent in a loop. A
-// block also says the route went past a limit, so once it ends the route
+// answers JSON), or blocks on two routes, hold every route. Nothing is
+// resent in a loop. A block also says the route went past a limit, so once it ends the route
 // is paced: each process lets out at most nine tenths of what passed for
 // it in the second before the block (counting the answers that came just
 // after it), evenly spaced, for ten minutes; the tenth kept back is room

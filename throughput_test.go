@@ -317,25 +317,3 @@ func TestDeadlineShorterThanTheRoundTripIsNotSent(t *testing.T) {
 	resp, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
 	mustOK(t, resp, err)
 }
-
-// TestDeadlineBeforeAnyResponse: before any response measured the round
-// trip, a request whose deadline leaves less than the shortest round trip
-// to Discord (20 ms) is not sent; one with time to spare is.
-func TestDeadlineBeforeAnyResponse(t *testing.T) {
-	f := newFakeDiscord()
-	mock := httpmock.NewMockTransport()
-	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 5, time.Second, false))
-	c, _ := newClient(t, mock)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-	defer cancel()
-	if _, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("request with 5ms left before any response: %v; want context.DeadlineExceeded", err)
-	}
-	if sent, _, _ := f.stats(); len(sent) != 0 {
-		t.Fatalf("server saw %d requests; want none", len(sent))
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	resp, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
-	mustOK(t, resp, err)
-}

@@ -272,26 +272,17 @@ func (t *Transport) observeRTT(d time.Duration) {
 }
 
 // tooLate reports whether the deadline of ctx leaves less than the
-// smoothed round trip (minRoundTrip before any response came): a request
-// sent now would likely be cancelled before its response came, yet count
-// at Discord (see [WithRequestMaxWait] for how deadlines are treated while
-// waiting).
+// smoothed round trip: a request sent now would likely be cancelled before
+// its response came, yet count at Discord (see [WithRequestMaxWait] for
+// how deadlines are treated while waiting).
 func (t *Transport) tooLate(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return false
 	}
 	rtt := time.Duration(t.rtt.Load())
-	if rtt <= 0 {
-		// No response yet: the closest a bot host is to Discord.
-		rtt = minRoundTrip
-	}
-	return dl.Sub(t.cfg.clock.Now()) < rtt
+	return rtt > 0 && dl.Sub(t.cfg.clock.Now()) < rtt
 }
-
-// minRoundTrip is the round trip tooLate assumes before any response came:
-// the closest a bot host is to Discord.
-const minRoundTrip = 20 * time.Millisecond
 
 // decision is what the outcome of one attempt calls for, in the manner of
 // go-retryablehttp's CheckRetry and Backoff taken together.
