@@ -606,12 +606,11 @@ func (g *Gates) block(r *store.Reservation, route string, u *store.Update, probe
 		g.learn(paced, now)
 		gt.paced, gt.sent = paced, sent
 	} else if u.Ban && route != "" && route != gt.paced && !sent.IsZero() && sent.Before(gt.sent) {
-		if p := g.paces[gt.paced]; p != nil && !p.tried && p.learned != 0 {
-			delete(g.paces, gt.paced)
+		if p := g.paces[gt.paced]; p == nil || !p.tried {
+			g.blame(route) // lifts the pace of gt.paced
+			g.learn(route, now)
+			gt.paced, gt.sent = route, sent
 		}
-		g.blame(route)
-		g.learn(route, now)
-		gt.paced, gt.sent = route, sent
 	}
 	pause := max(g.pause(max(gt.strikes, 1)), u.RetryAfter)
 	gt.until = later(gt.until, now.Add(pause))
