@@ -101,11 +101,13 @@ func (s *Store) probe() {
 			return s.client.Ping(ctx).Err()
 		}, func() {})
 		if err == nil {
+			// Counted before the switch, so that Stats never shows the
+			// store back on Redis without the recovery.
+			s.recoveries.Add(1)
 			s.mu.Lock()
 			s.recovered(time.Now())
 			s.mu.Unlock()
 			s.resync()
-			s.recoveries.Add(1)
 			s.log.LogAttrs(context.Background(), slog.LevelInfo, "ratecord: redis available again, limiting through it")
 			return
 		}

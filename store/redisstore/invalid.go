@@ -77,12 +77,18 @@ func (s *Store) countInvalid() {
 	g.mu.Unlock()
 }
 
-// invalidNote applies the group's count another process published.
+// invalidNote applies the group's count a process published (this one
+// included). The count only falls when its oldest response stops counting:
+// a lower count before then is a note that came late, after a newer count
+// was read, and is dropped.
 func (s *Store) invalidNote(n int, free time.Duration) {
 	g := &s.invalid
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if n < g.known && now.Before(g.freeAt) {
+		return
+	}
 	g.known, g.freeAt, g.readAt = n, now.Add(free), now
 }
 
