@@ -464,8 +464,11 @@ const (
 	// DefaultCooldown is how long a credential that answered 401, or a
 	// webhook that answered 401 or 404, is refused without asking Discord.
 	DefaultCooldown = 10 * time.Minute
-	// DefaultBlockPause is the first pause after a Cloudflare block.
-	DefaultBlockPause = time.Second
+	// DefaultBlockPause is the first pause after a Cloudflare block: a
+	// second, the least that keeps every route of the IP quiet for as long
+	// as a block may last without a word, and a fifth more for the clocks
+	// of processes and networks that date the block a little apart.
+	DefaultBlockPause = 1200 * time.Millisecond
 	// DefaultBlockPauseMax caps the pause after blocks that repeat.
 	DefaultBlockPauseMax = time.Minute
 )
