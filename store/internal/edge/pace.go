@@ -57,14 +57,18 @@ func every(rate float64) time.Duration {
 	return (time.Duration(float64(PaceWindow)/rate) + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
+// share returns the interval of a pace of paceShare tenths of rate.
+func share(rate float64) time.Duration { return every(rate * paceShare / 10) }
+
 // rate returns the requests per PaceWindow of a pace of one per d.
 func rate(d time.Duration) float64 { return float64(PaceWindow) / float64(d) }
 
 // slotWidth is the width of the slots in which passes are counted; slots
 // is how many a ring keeps, more than PaceWindow holds.
 const (
-	slotWidth = 100 * time.Millisecond
-	slots     = 32
+	slotWidth   = 100 * time.Millisecond
+	slots       = 32
+	windowSlots = int(PaceWindow / slotWidth) // the slots of a PaceWindow
 )
 
 // maxCounted bounds the routes whose passes are counted one by one; those
@@ -136,7 +140,7 @@ func (s *passes) add(route string, n uint32) {
 // count returns the requests of key (a route, or All) that passed in the
 // PaceWindow up to t.
 func (s *passes) count(key string, t time.Time) int {
-	return s.sum(key, slotOf(t), int(PaceWindow/slotWidth))
+	return s.sum(key, slotOf(t), windowSlots)
 }
 
 // sum returns the requests of key that passed in the k slots up to slot n.
@@ -208,7 +212,7 @@ func (g *Gates) learn(key string, now time.Time) {
 		key = All // bounded: blocks on that many routes are the IP's
 	}
 	n := g.passed.count(key, now)
-	e, ceil, learned := every(float64(n)*paceShare/10), float64(n), slotOf(now)
+	e, ceil, learned := share(float64(n)), float64(n), slotOf(now)
 	p := g.paces[key]
 	probeAfter := ProbeAfter
 	if p != nil && now.Before(p.until) {
@@ -226,7 +230,7 @@ func (g *Gates) learn(key string, now time.Time) {
 			// Blocked soon after the pace was set: what passed before
 			// overstated the edge a little (a count is one off when the
 			// network bunches answers); a tenth less.
-			e = every(rate(p.every) * paceShare / 10)
+			e = share(rate(p.every))
 		} else {
 			// Blocked at a rate that had run clean: the edge came down.
 			e = min(2*p.every, max(g.max, PaceWindow, p.every))
@@ -266,7 +270,7 @@ const lateAnswers = 5
 func (g *Gates) recount(p *pace, now time.Time) {
 	from, last := p.learned, slotOf(now)
 	p.learned = 0
-	if from == 0 || last-from+uint32(PaceWindow/slotWidth) >= slots {
+	if from == 0 || int(last-from)+windowSlots >= slots {
 		return
 	}
 	// The most that passed within a PaceWindow, over the windows that end
@@ -275,10 +279,10 @@ func (g *Gates) recount(p *pace, now time.Time) {
 	// through in one, and the most of several windows finds it.
 	n := 0.0
 	for end := from; end <= from+lateAnswers; end++ {
-		n = max(n, float64(g.passed.sum(p.key, end, int(PaceWindow/slotWidth))-1))
+		n = max(n, float64(g.passed.sum(p.key, end, windowSlots)-1))
 	}
 	if n > p.ceil {
-		p.every, p.ceil = every(n*paceShare/10), n
+		p.every, p.ceil = share(n), n
 	}
 }
 
