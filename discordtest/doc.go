@@ -82,8 +82,11 @@
 // same client IP) at least 5 ms before, the time a bot's processes are given
 // to share what they learn, through Redis say ([WithPropagation] changes
 // it). A client names its processes with the [ProcessHeader] request header;
-// requests without it are one process per client IP. See [Stats] for the
-// rule of each limit.
+// requests without it are one process per client IP. A client on the
+// emulator's host may date each request with [SentHeader], so that a busy
+// host's delay in starting the emulator's handler counts as network time,
+// not as time the client had to learn. See [Stats] for the rule of each
+// limit.
 //
 // The emulator listens only on loopback addresses. Its memory is bounded: a
 // counter that has fully reset is dropped.

@@ -147,6 +147,12 @@ func (h *harness) do(method, path, auth, body string) *reply {
 // proc "" sends no process header.
 func (h *harness) doFrom(proc, method, path, auth, body string) *reply {
 	h.t.Helper()
+	return h.doWith(proc, nil, method, path, auth, body)
+}
+
+// doWith is doFrom with the headers extra added to the request.
+func (h *harness) doWith(proc string, extra http.Header, method, path, auth, body string) *reply {
+	h.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -163,6 +169,9 @@ func (h *harness) doFrom(proc, method, path, auth, body string) *reply {
 	}
 	if proc != "" {
 		req.Header.Set(ProcessHeader, proc)
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {

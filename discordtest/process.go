@@ -1,6 +1,8 @@
 package discordtest
 
 import (
+	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -14,6 +16,40 @@ import (
 // [WithPropagation]); it never appears in a response or in the log of
 // [Server.Stats].
 const ProcessHeader = "X-Discordtest-Process"
+
+// SentHeader is the request header with which a client on the emulator's
+// host says when it handed the request to the network: the emulator's
+// clock (the wall clock, unless the emulator runs on another) in Unix
+// nanoseconds. The emulator then times the request's way up from that
+// moment instead of from when its handler began, which a busy host can
+// delay by milliseconds, and judges what the client knew at that moment
+// (see [Stats]). A value after the handler began, more than maxSentLead
+// before it, or unreadable is ignored. Like [ProcessHeader], it never
+// appears in a response or the log.
+const SentHeader = "X-Discordtest-Sent"
+
+// maxSentLead is the most by which [SentHeader] may date a request before
+// its handler began.
+const maxSentLead = 100 * time.Millisecond
+
+// sentAt returns when the request r, whose handler began at handled, was
+// sent: its [SentHeader], if readable and within maxSentLead before
+// handled, and handled otherwise.
+func sentAt(r *http.Request, handled time.Time) time.Time {
+	v := r.Header.Get(SentHeader)
+	if v == "" {
+		return handled
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return handled
+	}
+	t := time.Unix(0, n)
+	if t.After(handled) || handled.Sub(t) > maxSentLead {
+		return handled
+	}
+	return t
+}
 
 // reaction is how long a process is given to read a response before it can
 // hold back requests it is about to send: a request sent within this long

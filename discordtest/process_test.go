@@ -2,6 +2,8 @@ package discordtest
 
 import (
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +118,49 @@ func TestProcessesAreJudgedByWhatReachedThem(t *testing.T) {
 		}
 	}
 }
+
+// TestSentHeaderDatesTheRequest: a request judged by when its SentHeader
+// says it left, not by when the handler began, as long as that is within
+// maxSentLead before it; a header out of those bounds, or unreadable, is
+// ignored.
+func TestSentHeaderDatesTheRequest(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	const messages = "/api/v10/channels/1/messages"
+	tests := []struct {
+		name      string
+		sent      func(told time.Time) string // the header, from when the telling response reached its process
+		avoidable bool
+	}{
+		{"no header", func(time.Time) string { return "" }, true},
+		{"sent 2ms after", func(told time.Time) string { return stamp(told.Add(2 * ms)) }, false},
+		{"sent 6ms after", func(told time.Time) string { return stamp(told.Add(6 * ms)) }, true},
+		{"dated before the lead allowed", func(told time.Time) string { return stamp(told.Add(-200 * ms)) }, true},
+		{"dated after the handler began", func(told time.Time) string { return stamp(told.Add(time.Second)) }, true},
+		{"unreadable", func(time.Time) string { return "soon" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, WithBuckets(Bucket{Hash: hashMessageCreate, Limit: 1, Window: 10 * time.Second}))
+			h.doFrom("worker-1", "POST", messages, botA, `{}`).want(t, 200, "X-RateLimit-Remaining", "0")
+			told := h.srv.Stats().Log[0].Reached
+			// The handler of the next request begins 20 ms later.
+			h.clock.Advance(20 * ms)
+			extra := http.Header{}
+			if v := tt.sent(told); v != "" {
+				extra.Set(SentHeader, v)
+			}
+			h.doWith("worker-2", extra, "POST", messages, botA, `{}`).want(t, 429, SentHeader, "")
+			st := h.srv.Stats()
+			if got := st.Log[len(st.Log)-1].Avoidable; got != tt.avoidable {
+				t.Errorf("avoidable = %v; want %v", got, tt.avoidable)
+			}
+		})
+	}
+}
+
+func stamp(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }
 
 // TestUnnamedProcessIsPerIP: without ProcessHeader, requests from one IP
 // are one process, whatever their port; another IP with the same token is

@@ -355,7 +355,8 @@ func (s *Server) credentialID(q *request) string {
 // decide under the lock at the moment it arrives, travel back, write the
 // response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sent := s.now()
+	handled := s.now()
+	sent := sentAt(r, handled)
 	up, down := s.delays.draw()
 	q := readRequest(r, sent)
 	upCtx := r.Context()
@@ -363,7 +364,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Already on the wire: the client giving up does not stop it.
 		upCtx = context.WithoutCancel(upCtx)
 	}
-	if !s.sleep(upCtx, up) {
+	// The way up counts from when the client sent the request.
+	if !s.sleep(upCtx, up-handled.Sub(sent)) {
 		return
 	}
 	res := s.decide(q, down)

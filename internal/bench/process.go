@@ -2,6 +2,7 @@ package bench
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 const processHeader = discordtest.ProcessHeader
 
 // processTransport marks every request with the worker's number in
-// processHeader. It sits under the limiter, on the base transport it wraps,
+// processHeader, and the moment it leaves in [discordtest.SentHeader]. It sits under the limiter, on the base transport it wraps,
 // so it marks each attempt that leaves for the emulator, retries included;
 // it also arms the cancellation of [Env.CancelAfterSend] as a request first
 // leaves. With trace set, it records every attempt in it (-trace-avoidable).
@@ -32,10 +33,15 @@ func (t *processTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// The caller's request is not ours to change.
 	out := req.Clone(req.Context())
 	out.Header.Set(processHeader, t.worker)
+	// The emulator runs on this host: the moment the limiter let the
+	// request go is what it judges, however long the host takes to
+	// start the emulator's handler.
+	sent := time.Now()
+	out.Header.Set(discordtest.SentHeader, strconv.FormatInt(sent.UnixNano(), 10))
 	if t.trace == nil {
 		return t.next.RoundTrip(out)
 	}
-	a := Attempt{Part: t.part, Method: out.Method, Path: strings.TrimPrefix(out.URL.Path, apiPrefix), Sent: time.Now()}
+	a := Attempt{Part: t.part, Method: out.Method, Path: strings.TrimPrefix(out.URL.Path, apiPrefix), Sent: sent}
 	resp, err := t.next.RoundTrip(out)
 	a.Got = time.Now()
 	if err == nil {
