@@ -171,12 +171,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		if permit.Lapsed() {
 			if lapses < maxLapses {
-				// The grant lapsed before the request could leave (the
-				// process was descheduled or frozen since): sent now, it
+				// The grant lapsed before the request could leave: the
+				// process was descheduled or frozen since (sent now, it
 				// might reach Discord after the store stopped counting it,
 				// in another window than the one it was granted in, or
-				// into a pause that began meanwhile. Give it back and
-				// claim again, keeping the request's place in line.
+				// into a pause that began meanwhile), or a response since
+				// spent its bucket (a 429, a lowered limit), which sent
+				// now it would meet too. Give it back and claim again,
+				// keeping the request's place in line.
 				scope := store.ScopeUser
 				if permit.Claim.Global {
 					scope = store.ScopeGlobal

@@ -330,7 +330,10 @@ func (r *Reservation) Cancel() {
 }
 
 // Lapsed reports whether the grant has lapsed: the request must not be
-// sent on it. The caller cancels r and claims again. A caller checks just
+// sent on it. A grant lapses at SendBy, and, with the stores of this
+// module, once a response that reached any of their processes after the
+// grant spent its bucket: a 429 paused it, or a lowered limit left it
+// fewer slots than it had granted. The caller cancels r and claims again. A caller checks just
 // before it hands the request to the network, after every wait of its own;
 // the grant is good when its store does not implement [Lapser].
 func (r *Reservation) Lapsed() bool {

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"sync/atomic"
+
 	"github.com/ratecord/ratecord/store"
 	"github.com/ratecord/ratecord/store/internal/model"
 )
@@ -29,6 +31,27 @@ type bucket struct {
 	q        queue
 	alarm    alarm // pumps the bucket when time alone may open it
 	lastUsed int64
+	// recalled is when (ms) a response last spent the bucket while it had
+	// grants out (see spent): a grant from before then that has not left
+	// is taken back ([Store.Lapsed]). Read without the lock.
+	recalled atomic.Int64
+}
+
+// spent reports whether b refuses at now what its grants out assumed: a
+// 429 paused it, or a response lowered what its fixed window holds below
+// what was granted from it.
+func (b *bucket) spent(now int64) bool {
+	return now < b.Pause || b.Known && !b.Sliding && b.Remaining < 0 && now < b.ResetAt
+}
+
+// recall marks, at now, the grants out of b as taken back when a response
+// spent it (see spent): a grant that has not left by the time its caller
+// checks ([store.Reservation.Lapsed]) is given back and claimed again, at
+// the front of its line, instead of meeting the 429 another request met.
+func (b *bucket) recall(now int64) {
+	if b != nil && b.Pending > 0 && b.spent(now) {
+		b.recalled.Store(now)
+	}
 }
 
 func (b *bucket) available(now int64) bool { return b.Available(now) }

@@ -22,6 +22,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratecord/ratecord/internal/clock"
@@ -167,6 +168,9 @@ type cred struct {
 	alarm    alarm                // pumps the global queue when its window opens
 	lastUsed int64
 	until    int64 // the buckets it makes are paused until then (see fold.go)
+	// recalled is when (ms) a global 429 last paused the credential: its
+	// grants from before then that have not left are taken back.
+	recalled atomic.Int64
 
 	routesPeak, bucketsPeak int // most routes and buckets held since their maps were allocated
 }
@@ -439,9 +443,30 @@ func (s *Store) lapse(r *store.Reservation, at int64) {
 	r.SendBy = s.epoch.Add(time.Duration(at+s.hold/2) * time.Millisecond)
 }
 
-// Lapsed implements [store.Lapser].
+// Lapsed implements [store.Lapser]: a grant lapses half the hold after it
+// was made, or once a response since spent its bucket (see bucket.recall).
 func (s *Store) Lapsed(r *store.Reservation) bool {
-	return !r.SendBy.IsZero() && s.now() > s.ms(r.SendBy)
+	if r.SendBy.IsZero() {
+		return false
+	}
+	now, by := s.now(), s.ms(r.SendBy)
+	if now > by {
+		return true
+	}
+	handle, _ := r.Handle()
+	b, _ := handle.(*bucket)
+	if b == nil {
+		return false
+	}
+	granted := by - s.hold/2
+	bucket := b.recalled.Load() >= granted
+	global := r.Claim.Global && b.c.recalled.Load() >= granted
+	if !bucket && !global {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bucket && b.spent(now) || global && now < b.c.m.Pause
 }
 
 // seed applies the claim's spacing to b, if any.
@@ -688,6 +713,9 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	if u.Status == 429 {
 		switch {
 		case cr.m.Limited(now, string(u.Scope), retry):
+			if u.Scope == store.ScopeGlobal {
+				cr.recalled.Store(now)
+			}
 		case u.Scope == store.ScopeShared:
 			// No wait: the gates hold the resource alone (edge.Gates.Settle).
 			if target != nil && u.RetryAfter > 0 {
@@ -712,6 +740,10 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	}
 
 	s.count(cr, c, u, now)
+	granted.recall(now)
+	if target != granted {
+		target.recall(now)
+	}
 
 	if granted != nil {
 		s.pumpBucket(granted, now)

@@ -64,6 +64,9 @@
 //	                      credential, route and path, the Store's id)
 //	P:n:<S>        channel pushes to Store S: "<T> <B> <ms>", its turn in a line of credential
 //	                      T came or moved (see below)
+//	P:n:!          channel recalls, to every Store: "<T> <B>", a response spent counter B of
+//	                      credential T while it had grants out (a 429, a lowered limit);
+//	                      "*" for B: a global 429 (see below)
 //
 // M is a digest of the major parameter, S the random id of a Store. B names a counter: "h" and a digest
 // of (bucket hash, major) once the route's bucket is known, "r" and a
@@ -141,6 +144,17 @@
 // Pub/sub delivers at most once: a subscription that was down has every
 // queue ask again, and every wait has a fallback of its own
 // ([WithPushWait]), so a lost push costs time, never a wrong grant.
+//
+// A grant lapses ([store.Reservation.Lapsed]) when a response that came
+// after it spent its bucket: a 429 paused it, or headers named a lower
+// limit than the grants out assumed. The process that read a 429 takes
+// its own grants of the bucket back at once; the script that applies any
+// such report publishes a recall, and every process takes back its grants
+// of that counter from calls that left before the recall came. The
+// transport then gives the grant back and claims again, and the claim
+// sees what the response taught. A recall is published only while the
+// counter has grants out, so a bucket whose headers tell the truth costs
+// none.
 //
 // When the global window is full but the bucket is not, a claim reserves
 // the next openings whose moment is exact (the request that bounds each

@@ -11,7 +11,7 @@ import (
 	"github.com/ratecord/ratecord/store/internal/edge"
 )
 
-// A Store follows two channels, on one subscription:
+// A Store follows three channels, on one subscription:
 //
 //   - its own, channelPrefix() + its id, where the scripts push "<tag>
 //     <line> <ms>" when the turn of this process in a line it waits in (a
@@ -24,6 +24,10 @@ import (
 //     blocks they meet, the resources that 429s of scope shared hold, and
 //     the group's count of invalid responses when it crosses an eighth of
 //     the budget.
+//   - the recalls, recallChannel(), where the scripts publish "<tag>
+//     <line>" when a response spent a bucket that had grants out (see
+//     recall.go): rare, since a bucket whose headers tell the truth is
+//     never granted more than it holds.
 //
 // Pub/sub over keyspace notifications or client tracking, which would tell
 // every process of every change of a key it watches, and over blocking
@@ -51,7 +55,7 @@ func (s *Store) watch() {
 	if ring, ok := s.client.(*redis.Ring); ok {
 		_ = ring.ForEachShard(s.ctx, func(ctx context.Context, c *redis.Client) error {
 			s.wg.Add(1)
-			go s.follow(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, s.procChannel()) })
+			go s.follow(func(ctx context.Context) *redis.PubSub { return c.Subscribe(ctx, s.procChannel(), s.recallChannel()) })
 			return nil
 		})
 		s.wg.Add(1)
@@ -60,7 +64,7 @@ func (s *Store) watch() {
 	}
 	s.wg.Add(1)
 	go s.follow(func(ctx context.Context) *redis.PubSub {
-		return s.client.Subscribe(ctx, s.edgeChannel(), s.procChannel())
+		return s.client.Subscribe(ctx, s.edgeChannel(), s.procChannel(), s.recallChannel())
 	})
 }
 
@@ -116,6 +120,10 @@ func (s *Store) follow(subscribe func(context.Context) *redis.PubSub) {
 
 // note applies a message of one of the Store's channels.
 func (s *Store) note(channel, payload string) {
+	if channel == s.recallChannel() {
+		s.recallNote(payload)
+		return
+	}
 	if channel != s.edgeChannel() {
 		if tag, name, at, ok := parsePush(payload); ok {
 			s.pushed(tag, name, at)

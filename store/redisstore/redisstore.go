@@ -37,7 +37,10 @@ type Store struct {
 	refusal  map[string]refusal  // credential (NUL major, for webhooks) -> a cooldown Redis reported
 	closed   bool
 	probing  bool
-	swept    time.Time // the last sweep of idle sessions
+	// lastRecall is the latest recall any session recorded, in Unix
+	// nanoseconds (see recall.go); read without the lock.
+	lastRecall atomic.Int64
+	swept      time.Time // the last sweep of idle sessions
 
 	// What the hold-off after a fallback and the grace period after a
 	// recovery need to know (see failsafe.go).
@@ -255,12 +258,13 @@ func (s *Store) Acquire(ctx context.Context, c store.Claim) (*store.Reservation,
 
 // Lapsed implements [store.Lapser]: a grant through Redis lapses half the
 // hold after the call that granted it left (or after the slot it
-// reserved opens), one of the local limiter on its terms.
+// reserved opens), or once a response that reached any process spent its
+// bucket (see recall.go); one of the local limiter on its terms.
 func (s *Store) Lapsed(r *store.Reservation) bool {
 	handle, _ := r.Handle()
 	switch h := handle.(type) {
 	case *permit:
-		return !h.sendBy.IsZero() && time.Now().After(h.sendBy) || h.local != nil && h.local.Lapsed()
+		return !h.sendBy.IsZero() && time.Now().After(h.sendBy) || h.local != nil && h.local.Lapsed() || s.recalled(h)
 	case *localPermit:
 		return h.p.Lapsed()
 	}
@@ -548,6 +552,11 @@ type permit struct {
 	// half the hold after the call that granted it left, or after the
 	// slot it reserved opens.
 	sendBy time.Time
+	// line names its counter (the queue's line), and granted is when the
+	// call that granted it left: a recall of the line from then on takes
+	// it back (see recall.go).
+	line    string
+	granted time.Time
 }
 
 // localPermit is the Handle of a permit granted by the local limiter.
@@ -608,6 +617,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update
 		ss := s.session(h.cred)
 		s.enqueueLocked(ss, h, u, now)
 		s.revokeLease(ss, h, &u)
+		s.recallOwn(ss, h, &u, now)
 		return nil
 	default:
 		return nil // not issued by this Store

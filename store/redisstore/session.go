@@ -51,6 +51,10 @@ type session struct {
 	refused     int
 	refusedTill time.Time
 
+	// recalls holds, per line (globalRecall: the global window), when a
+	// response last spent it with grants out (see recall.go); bounded.
+	recalls map[string]time.Time
+
 	wakeup  chan struct{} // capacity 1: a kick for the driver
 	running bool
 	idle    time.Time // since when the session has had nothing to do (zero: busy)
@@ -662,7 +666,7 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 		p := grant{Bucket: hash, Handle: &permit{
 			cred: ss.cred, route: q.key.route, major: q.key.major, sub: q.key.kind,
 			kind: r.bkind, hash: hash, member: c.prefix + itoa(i), global: c.head.Global, tokenAuth: c.head.TokenAuth,
-			limit: r.limit,
+			limit: r.limit, line: q.line, granted: sent,
 		}}
 		var at time.Time
 		if i > reserved {

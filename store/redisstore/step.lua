@@ -133,6 +133,23 @@ local function unprobe(majorDigest)
   end
 end
 
+-- Recalls. A response that spent a bucket while grants of it were out (a
+-- 429 paused it, or a lowered limit left its fixed window fewer slots than
+-- it granted) is published on chan .. '!' as "<tag> <line>" ("*" for a
+-- global 429, which spends every grant that counts against the global
+-- limit): every process takes back the grants of that line it has not
+-- sent yet, and claims again, so none meets the 429 another request met.
+local function recall(name)
+  local k = '!' .. name
+  if pushed[k] then return end
+  pushed[k] = true
+  redis.call('PUBLISH', chan .. '!', tag .. ' ' .. name)
+end
+
+local function spent(b)
+  return b.pending > 0 and (now < b.pause or b.known and not b.sliding and b.remaining < 0 and now < b.resetAt)
+end
+
 -- update applies what the response to one permit taught. Its keys start
 -- at KEYS[k], its arguments at ARGV[a].
 --
@@ -306,6 +323,9 @@ local function update(k, a)
   elseif h and target then
     observe(target, t, h, probes)
   end
+  if status == 429 and scope == 'global' then recall('*') end
+  if target and spent(target) then recall(ARGV[a + (tkey == GB and 22 or 23)]) end
+  if gb and tkey ~= GB and spent(gb) then recall(ARGV[a + 22]) end
 
   -- The 401/404 cooldowns. (Invalid responses are counted per group of
   -- processes, on a key of their own: see invalid.lua.)

@@ -60,6 +60,8 @@ func cases() []testCase {
 		{name: "UnknownResetAfter", run: testUnknownResetAfter},
 		{name: "LimitRaised", run: testLimitRaised},
 		{name: "LimitLowered", run: testLimitLowered},
+		{name: "SpentRecallsGrants", run: testSpentRecallsGrants},
+		{name: "LoweredRecallsGrants", run: testLoweredRecallsGrants},
 		{name: "FIFO", serial: true, run: testFIFO},
 		{name: "Priority", serial: true, run: testPriority},
 		{name: "RetryKeepsPlace", serial: true, policy: store.Policy{ResetOffset: 20 * time.Millisecond}, run: testRetryKeepsPlace},
@@ -568,6 +570,54 @@ func testLimitLowered(h *harness) {
 	// Discord lowered the limit to 3: 2 used, 1 left.
 	h.update(p, limits(c, "h", 3, 1, far))
 	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testSpentRecallsGrants: a 429 that spends a bucket takes back the grants
+// of it that have not left (the caller checks Lapsed just before sending):
+// sent, they would meet the same 429. An ordinary response takes nothing
+// back.
+func testSpentRecallsGrants(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	p1, p2, p3 := h.acquireNow(c), h.acquireNow(c), h.acquireNow(c)
+	h.update(p1, limits(c, "h", 5, 3, far))
+	if p2.Lapsed() || p3.Lapsed() {
+		h.t.Fatalf("a grant lapsed after a response that left room: Lapsed() = %v, %v; want false", p2.Lapsed(), p3.Lapsed())
+	}
+	u := limits(c, "h", 5, 0, 300*time.Millisecond)
+	u.Status, u.Scope, u.RetryAfter = 429, store.ScopeUser, 300*time.Millisecond
+	h.update(p2, u)
+	if !p3.Lapsed() {
+		h.t.Fatal("a grant made before a 429 that paused its bucket: Lapsed() = false; want true, at once")
+	}
+	p3.Cancel()
+	h.mustWait(c, watch)
+}
+
+// testLoweredRecallsGrants: a response that lowers a bucket's limit below
+// what it granted takes back the grants that have not left, in every
+// process of a shared store, and the claims that follow wait.
+func testLoweredRecallsGrants(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	p1, p2, p3 := h.acquireNow(c), h.acquireNow(c), h.acquireNow(c)
+	// Discord lowered the limit to 2, spent by the learning request and p1.
+	h.update(p1, limits(c, "h", 2, 0, far))
+	// Taken back, not lapsed of age: before SendBy (half the global hold,
+	// 125 ms by default), which a shared store's note beats by far.
+	for {
+		lapsed := p2.Lapsed() && p3.Lapsed()
+		if !time.Now().Before(p2.SendBy) {
+			h.t.Fatal("grants made before the limit was lowered below them did not lapse before their SendBy")
+		}
+		if lapsed {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p2.Cancel()
+	p3.Cancel()
 	h.mustWait(c, watch)
 }
 
