@@ -291,6 +291,9 @@ local function observe(b, t, h, probes)
     end
     return
   end
+  -- A higher limit during a 429's pause: a response from before the
+  -- limit fell, read after the 429 (model.go).
+  if b.known and limit > b.limit and t < b.pause then return end
   if b.hold > 0 and limit ~= b.holdLimit then b.hold, b.holdLimit = 0, 0 end
   if b.cap > 0 and limit ~= b.capLimit then b.cap, b.capLimit, b.capAt = 0, 0, 0 end
   if limit > 0 and remaining == limit - 1 and h.resetAfter > 0 and (b.span == 0 or h.resetAfter < b.span) then

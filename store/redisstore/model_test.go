@@ -324,6 +324,24 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "fixed window: a response of the window the limit fell in, read after the 429 that named the lower limit, does not raise it",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0, 0, h(20, 19, 500)),
+				opTakeN(t0+1, 19),
+				// Discord lowered the limit to 5 while the requests were on
+				// their way: a 429 comes back first.
+				opSettle(), opLimited(t0+40, 460, &model.Headers{Limit: 5, Remaining: 0, ResetAfter: 450, Offset: 10}, 0),
+				// A response Discord answered before the change, read after.
+				opSettle(), opObserve(t0+50, 0, h(20, 4, 450)),
+			},
+			checks: []check{
+				{4, opRoom(t0+600, 30), 0},       // five, less the 17 in flight
+				{6, opRoom(t0+600, 30), 0},       // the same: not twenty
+				{6, opBound(t0+51, 0), t0 + 510}, // the pause still holds
+			},
+		},
+		{
 			name:  "fixed window: a response read late, of a window before the one a later response dated, says nothing",
 			start: model.Bucket{},
 			steps: []op{

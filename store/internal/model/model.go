@@ -434,6 +434,14 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 		}
 		return
 	}
+	if b.Known && limit > b.Limit && now < b.Pause {
+		// A higher limit while a 429 holds the bucket: a response that
+		// Discord answered before it lowered the limit, read after the
+		// 429 that named the lower one (responses come back in any
+		// order). A limit raised indeed shows in the responses after the
+		// pause.
+		return
+	}
 	if b.Hold > 0 && limit != b.HoldLimit {
 		b.Hold, b.HoldLimit = 0, 0 // the headers changed: what the hold was learned under is gone
 	}
