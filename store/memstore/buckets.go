@@ -38,20 +38,31 @@ type bucket struct {
 }
 
 // spent reports whether b refuses at now what its grants out assumed: a
-// 429 paused it, or a response lowered what its fixed window holds below
-// what was granted from it.
-func (b *bucket) spent(now int64) bool {
-	return now < b.Pause || b.Known && !b.Sliding && b.Remaining < 0 && now < b.ResetAt
+// 429 paused it, or (lowered, a response lowered its limit) what its
+// fixed window holds is below what was granted from it. A count that only
+// looks short because requests are still in flight is not spent: the model
+// subtracts them whether or not Discord counted them already.
+func (b *bucket) spent(now int64, lowered bool) bool {
+	return now < b.Pause || lowered && b.Known && !b.Sliding && b.Remaining < 0 && now < b.ResetAt
 }
 
 // recall marks, at now, the grants out of b as taken back when a response
-// spent it (see spent): a grant that has not left by the time its caller
-// checks ([store.Reservation.Lapsed]) is given back and claimed again, at
-// the front of its line, instead of meeting the 429 another request met.
-func (b *bucket) recall(now int64) {
-	if b != nil && b.Pending > 0 && b.spent(now) {
+// spent it (see spent), limit being b's limit before the response: a
+// grant that has not left by the time its caller checks
+// ([store.Reservation.Lapsed]) is given back and claimed again, at the
+// front of its line, instead of meeting the 429 another request met.
+func (b *bucket) recall(now, limit int64) {
+	if b != nil && b.Pending > 0 && b.spent(now, b.Limit < limit) {
 		b.recalled.Store(now)
 	}
+}
+
+// limitOf returns b's limit, 0 for none.
+func limitOf(b *bucket) int64 {
+	if b == nil {
+		return 0
+	}
+	return b.Limit
 }
 
 func (b *bucket) available(now int64) bool { return b.Available(now) }

@@ -466,7 +466,8 @@ func (s *Store) Lapsed(r *store.Reservation) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return bucket && b.spent(now) || global && now < b.c.m.Pause
+	return bucket && (now < b.Pause || b.Known && !b.Sliding && b.Remaining < 0 && now < b.ResetAt) ||
+		global && now < b.c.m.Pause
 }
 
 // seed applies the claim's spacing to b, if any.
@@ -710,6 +711,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		h.ResetAfter = millis(store.ClampDuration(u.ResetAfter))
 	}
 	probes := cr.probes[c.Major]
+	glimit, tlimit := limitOf(granted), limitOf(target) // before the response, for recall
 	if u.Status == 429 {
 		switch {
 		case cr.m.Limited(now, string(u.Scope), retry):
@@ -740,9 +742,9 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	}
 
 	s.count(cr, c, u, now)
-	granted.recall(now)
+	granted.recall(now, glimit)
 	if target != granted {
-		target.recall(now)
+		target.recall(now, tlimit)
 	}
 
 	if granted != nil {

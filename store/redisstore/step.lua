@@ -134,8 +134,9 @@ local function unprobe(majorDigest)
 end
 
 -- Recalls. A response that spent a bucket while grants of it were out (a
--- 429 paused it, or a lowered limit left its fixed window fewer slots than
--- it granted) is published on chan .. '!' as "<tag> <line>" ("*" for a
+-- 429 paused it, or a limit lowered from limit left its fixed window fewer
+-- slots than it granted; a count that only looks short because requests
+-- are still in flight recalls nothing) is published on chan .. '!' as "<tag> <line>" ("*" for a
 -- global 429, which spends every grant that counts against the global
 -- limit): every process takes back the grants of that line it has not
 -- sent yet, and claims again, so none meets the 429 another request met.
@@ -146,8 +147,8 @@ local function recall(name)
   redis.call('PUBLISH', chan .. '!', tag .. ' ' .. name)
 end
 
-local function spent(b)
-  return b.pending > 0 and (now < b.pause or b.known and not b.sliding and b.remaining < 0 and now < b.resetAt)
+local function spent(b, limit)
+  return b.pending > 0 and (now < b.pause or b.limit < limit and not b.sliding and b.remaining < 0 and now < b.resetAt)
 end
 
 -- update applies what the response to one permit taught. Its keys start
@@ -292,6 +293,8 @@ local function update(k, a)
     if available(target, now) then tw.wasOpen = true end
   end
 
+  -- The limits before the response, for telling a lowered one (spent).
+  local tlimit, glimit0 = target and target.limit or 0, gb and gb.limit or 0
   local probes = 0
   if target and not target.known then
     probes = tonumber(redis.call('HGET', KEYS[4], majorDigest)) or 0
@@ -324,8 +327,8 @@ local function update(k, a)
     observe(target, t, h, probes)
   end
   if status == 429 and scope == 'global' then recall('*') end
-  if target and spent(target) then recall(ARGV[a + (tkey == GB and 22 or 23)]) end
-  if gb and tkey ~= GB and spent(gb) then recall(ARGV[a + 22]) end
+  if target and spent(target, tlimit) then recall(ARGV[a + (tkey == GB and 22 or 23)]) end
+  if gb and tkey ~= GB and spent(gb, glimit0) then recall(ARGV[a + 22]) end
 
   -- The 401/404 cooldowns. (Invalid responses are counted per group of
   -- processes, on a key of their own: see invalid.lua.)
