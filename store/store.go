@@ -333,9 +333,10 @@ func (r *Reservation) Cancel() {
 // sent on it. A grant lapses at SendBy, and, with the stores of this
 // module, once a response that reached any of their processes after the
 // grant spent its bucket: a 429 paused it, or a lowered limit left it
-// fewer slots than it had granted. The caller cancels r and claims again. A caller checks just
-// before it hands the request to the network, after every wait of its own;
-// the grant is good when its store does not implement [Lapser].
+// fewer slots than it had granted. The caller cancels r and claims again.
+// A caller checks just before it hands the request to the network, after
+// every wait of its own; the grant is good when its store does not
+// implement [Lapser].
 func (r *Reservation) Lapsed() bool {
 	if r.SendBy.IsZero() {
 		return false

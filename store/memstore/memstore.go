@@ -466,8 +466,7 @@ func (s *Store) Lapsed(r *store.Reservation) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return bucket && (now < b.Pause || b.Known && !b.Sliding && b.Remaining < 0 && now < b.ResetAt) ||
-		global && now < b.c.m.Pause
+	return bucket && b.spent(now, true) || global && now < b.c.m.Pause
 }
 
 // seed applies the claim's spacing to b, if any.

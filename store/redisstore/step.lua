@@ -136,10 +136,11 @@ end
 -- Recalls. A response that spent a bucket while grants of it were out (a
 -- 429 paused it, or a limit lowered from limit left its fixed window fewer
 -- slots than it granted; a count that only looks short because requests
--- are still in flight recalls nothing) is published on chan .. '!' as "<tag> <line>" ("*" for a
--- global 429, which spends every grant that counts against the global
--- limit): every process takes back the grants of that line it has not
--- sent yet, and claims again, so none meets the 429 another request met.
+-- are still in flight recalls nothing) is published on chan .. '!' as
+-- "<tag> <line>" ("*" for a global 429, which spends every grant that
+-- counts against the global limit): every process takes back the grants
+-- of that line it has not sent yet, and claims again, so none meets the
+-- 429 another request met.
 local function recall(name)
   local k = '!' .. name
   if pushed[k] then return end
