@@ -120,12 +120,14 @@ const (
 	// EventGuardTripped: the invalid-request guard or a 401/404 cooldown
 	// refused the request.
 	EventGuardTripped
-	// EventLapsed: the request's grant lapsed before it could leave (its
-	// process was descheduled or frozen between the grant and the write;
-	// see [store.Reservation.SendBy]). It is claimed again, keeping its
-	// place in line, rather than reach Discord after its slot stopped
-	// counting. Its Scope is global for a claim that counts against the
-	// global window, user otherwise.
+	// EventLapsed: the request's grant lapsed before it could leave: its
+	// process was descheduled or frozen between the grant and the write
+	// (see [store.Reservation.SendBy]), or a response that came after the
+	// grant spent its bucket (a 429, a lowered limit; see
+	// [store.Reservation.Lapsed]). It is claimed again, keeping its place
+	// in line, rather than reach Discord after its slot stopped counting
+	// or into the 429 another request met. Its Scope is global for a claim
+	// that counts against the global window, user otherwise.
 	EventLapsed
 )
 
