@@ -15,15 +15,12 @@ import (
 func TestRecallAcrossProcesses(t *testing.T) {
 	tests := []struct {
 		name  string
-		spend func(c store.Claim) store.Update
+		spend store.Update // the response that spends the bucket
 	}{
-		{"429", func(c store.Claim) store.Update {
-			return store.Update{Sent: true, Status: 429, Scope: store.ScopeUser, RetryAfter: 300 * time.Millisecond,
-				Bucket: "h", HasLimit: true, Limit: 5, Remaining: 0, ResetAfter: 300 * time.Millisecond}
-		}},
-		{"lowered limit", func(c store.Claim) store.Update {
-			return store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true, Limit: 2, Remaining: 0, ResetAfter: time.Minute}
-		}},
+		{"429", store.Update{Sent: true, Status: 429, Scope: store.ScopeUser, RetryAfter: 300 * time.Millisecond,
+			Bucket: "h", HasLimit: true, Limit: 5, Remaining: 0, ResetAfter: 300 * time.Millisecond}},
+		{"lowered limit", store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true, Limit: 2, Remaining: 0,
+			ResetAfter: time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,7 +64,7 @@ func TestRecallAcrossProcesses(t *testing.T) {
 			if held.Lapsed() {
 				t.Fatal("a fresh grant lapsed before anything spent its bucket")
 			}
-			if err := sent.Report(ctx, tt.spend(c)); err != nil {
+			if err := sent.Report(ctx, tt.spend); err != nil {
 				t.Fatal(err)
 			}
 			for {
