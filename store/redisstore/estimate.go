@@ -53,7 +53,7 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 			ss.kick()
 		}
 	}
-	guess := s.guesses[c.Credential+"\x00"+c.Route]
+	guess := s.guess(c.Credential + "\x00" + c.Route)
 	s.mu.Unlock()
 	if known > 0 {
 		return known, nil
@@ -63,7 +63,7 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 			return 0, err
 		}
 		s.mu.Lock()
-		guess = s.guesses[c.Credential+"\x00"+c.Route]
+		guess = s.guess(c.Credential + "\x00" + c.Route)
 		s.mu.Unlock()
 	}
 

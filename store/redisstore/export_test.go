@@ -14,3 +14,35 @@ func (s *Store) Froze(from, to time.Time) {
 	w.gaps[w.next] = span{w.ns(from), w.ns(to)}
 	w.next = (w.next + 1) % freezeGaps
 }
+
+// Held returns the sessions the Store keeps and the entries of its aged
+// maps.
+func (s *Store) Held() (sessions, remembered int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions), s.routes.len() + s.refusal.len()
+}
+
+// SetAgePeriod sets how often the aged maps of Stores created from now on
+// age, until restore is called.
+func SetAgePeriod(d time.Duration) (restore func()) {
+	old := agePeriod
+	agePeriod = d
+	return func() { agePeriod = old }
+}
+
+// Aging reports whether the timer that ages the aged maps is armed.
+func (s *Store) Aging() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.aging != nil
+}
+
+// Age ages the Store's aged maps as its timer does.
+func (s *Store) Age() { s.age() }
+
+// MaxAged bounds the entries of each aged map.
+const MaxAged = maxAged
+
+// Crowd is the number of sessions beyond which idle sessions end at once.
+const Crowd = crowd

@@ -157,14 +157,13 @@ func (s *Store) noteWindow(c *store.Claim, u *store.Update) {
 	}
 	d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
 	key := c.Credential + "\x00" + c.Route
-	old, ok := s.windows[key]
-	if ok && old >= d {
+	f, _ := s.routes.get(key)
+	if f.window >= d {
 		return
 	}
-	if !ok && len(s.windows) >= maxGuesses {
-		clear(s.windows)
-	}
-	s.windows[key] = d
+	f.window = d
+	s.routes.put(key, f)
+	s.remember()
 	s.longest = max(s.longest, d)
 }
 
@@ -185,8 +184,9 @@ func (s *Store) globalSpan() time.Duration {
 func (s *Store) holdOff(ctx context.Context, c *store.Claim) error {
 	s.mu.Lock()
 	fell := s.fellAt
-	w, ok := s.windows[c.Credential+"\x00"+c.Route]
-	if !ok {
+	f, _ := s.routes.peek(c.Credential + "\x00" + c.Route)
+	w := f.window
+	if w == 0 {
 		w = s.longest
 	}
 	s.mu.Unlock()

@@ -30,11 +30,13 @@ var ErrUnavailable = errors.New("redisstore: redis unavailable")
 // Create one with [New]; the zero value is not usable. It is safe for
 // concurrent use.
 type Store struct {
-	mu       sync.Mutex          // guards sessions, byTag, guesses, refusal, closed, probing and the fields up to span
+	mu       sync.Mutex          // guards sessions, byTag, routes, refusal, aging, closed, probing and the fields up to span
 	sessions map[string]*session // credential -> what the Store knows and does for it
 	byTag    map[string]*session // the credential's hash tag -> its session, for pushes
-	guesses  map[string]string   // credential NUL route -> last known hash
-	refusal  map[string]refusal  // credential (NUL major, for webhooks) -> a cooldown Redis reported
+	routes   aged[routeFacts]    // credential NUL route -> its hash and longest window (cache.go)
+	refusal  aged[refusal]       // credential (NUL major, for webhooks) -> a cooldown Redis reported
+	aging    *time.Timer         // ages routes and refusal while they hold anything
+	ageEvery time.Duration       // agePeriod when the Store was made
 	closed   bool
 	probing  bool
 	// lastRecall is the latest recall any session recorded, in Unix
@@ -44,11 +46,10 @@ type Store struct {
 
 	// What the hold-off after a fallback and the grace period after a
 	// recovery need to know (see failsafe.go).
-	fellAt     time.Time                // the last switch to the local limiter
-	graceUntil time.Time                // the end of the grace period
-	windows    map[string]time.Duration // credential NUL route -> longest window or pause seen
-	longest    time.Duration            // the longest of windows
-	span       time.Duration            // the longest global span of a claim
+	fellAt     time.Time     // the last switch to the local limiter
+	graceUntil time.Time     // the end of the grace period
+	longest    time.Duration // the longest window or pause seen on any route
+	span       time.Duration // the longest global span of a claim
 
 	out struct {
 		queued  atomic.Int64  // reports waiting to be applied, every session's
@@ -110,8 +111,6 @@ const (
 	// routeTTL is how long a learned route -> bucket mapping outlives its
 	// last use.
 	routeTTL = time.Hour
-	// maxGuesses bounds the process-local cache of learned routes.
-	maxGuesses = 1 << 16
 )
 
 // New returns a Store that keeps its state in Redis through client: a
@@ -126,9 +125,6 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{
 		sessions:       make(map[string]*session),
 		byTag:          make(map[string]*session),
-		guesses:        make(map[string]string),
-		refusal:        make(map[string]refusal),
-		windows:        make(map[string]time.Duration),
 		client:         client,
 		prefix:         DefaultPrefix,
 		policy:         FailOpen,
@@ -138,6 +134,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		pushWait:       DefaultPushWait,
 		grace:          DefaultTicketGrace,
 		probeEvery:     DefaultProbeInterval,
+		ageEvery:       agePeriod,
 		maxBatch:       DefaultMaxBatch,
 		leaseMax:       DefaultLease,
 		callTimeout:    DefaultCallTimeout,
@@ -581,7 +578,8 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update
 	if !closed {
 		s.noteWindow(c, &u)
 	}
-	window := s.windows[c.Credential+"\x00"+c.Route]
+	facts, _ := s.routes.peek(c.Credential + "\x00" + c.Route)
+	window := facts.window
 	s.mu.Unlock()
 	if closed {
 		return store.ErrClosed
@@ -700,10 +698,8 @@ func (s *Store) refusedLocked(key string, err *store.WaitError) {
 	if err.RetryAfter <= 0 {
 		return
 	}
-	if _, ok := s.refusal[key]; !ok && len(s.refusal) >= maxGuesses {
-		clear(s.refusal)
-	}
-	s.refusal[key] = refusal{until: time.Now().Add(err.RetryAfter), err: err}
+	s.refusal.put(key, refusal{until: time.Now().Add(err.RetryAfter), err: err})
+	s.remember()
 }
 
 // refuseKnown refuses c while a cooldown reported for its credential (or
@@ -715,13 +711,13 @@ func (s *Store) refuseKnown(c *store.Claim) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.refusal[key]
+	r, ok := s.refusal.peek(key)
 	if !ok {
 		return nil
 	}
 	now := time.Now()
 	if !now.Before(r.until) {
-		delete(s.refusal, key)
+		s.refusal.del(key)
 		return nil
 	}
 	return &store.WaitError{Scope: r.err.Scope, RetryAfter: r.until.Sub(now), Err: r.err.Err}
@@ -744,18 +740,25 @@ func (s *Store) learnLocked(h *permit, u store.Update) {
 		return
 	}
 	key := h.cred + "\x00" + h.route
-	if old, ok := s.guesses[key]; ok && (old == hash || hash == noBucket && old != "") {
+	if old := s.guess(key); old == hash || hash == noBucket && old != "" {
 		return
 	}
 	s.setGuess(key, hash)
 }
 
+// guess returns the cached hash of the route named by key (credential NUL
+// route): "" when unknown. s.mu must be held.
+func (s *Store) guess(key string) string {
+	f, _ := s.routes.get(key)
+	return f.hash
+}
+
 // setGuess caches a route's hash; s.mu must be held.
 func (s *Store) setGuess(key, hash string) {
-	if _, ok := s.guesses[key]; !ok && len(s.guesses) >= maxGuesses {
-		clear(s.guesses)
-	}
-	s.guesses[key] = hash
+	f, _ := s.routes.peek(key)
+	f.hash = hash
+	s.routes.put(key, f)
+	s.remember()
 }
 
 // Close implements [store.Store]: it releases every waiter with
@@ -774,6 +777,10 @@ func (s *Store) Close() error {
 	s.closed = true
 	close(s.done)
 	s.cancel()
+	if s.aging != nil {
+		s.aging.Stop()
+		s.aging = nil
+	}
 	for _, ss := range s.sessions {
 		for _, q := range ss.queues {
 			for _, w := range q.waiters {

@@ -95,8 +95,15 @@ const (
 	flushDelay = 20 * time.Millisecond
 	// urgentDelay gathers the reports that others wait for before they go.
 	urgentDelay = time.Millisecond
-	// sessionLinger is how long a session with nothing to do lives on.
+	// sessionLinger is how long a session with nothing to do lives on,
+	// while the Store holds at most crowd sessions; beyond, crowdLinger:
+	// a burst of many credentials (a proxy relaying many users' tokens)
+	// keeps about its rate times crowdLinger sessions, not its rate times
+	// a second. The short linger still covers the gap between a grant and
+	// its request's write, when a recall may come.
 	sessionLinger = time.Second
+	crowd         = 1024
+	crowdLinger   = 50 * time.Millisecond
 	// refusedBackoff is the wait after a call Redis answered with an
 	// error, doubling with each such call in a row up to
 	// maxRefusedBackoff; after maxRefused of them the failure policy
@@ -240,7 +247,7 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 			}
 		}
 		q.turn = time.Time{}
-		p.claims = append(p.claims, planned{q: q, head: head, guess: s.guesses[ss.cred+"\x00"+q.key.route],
+		p.claims = append(p.claims, planned{q: q, head: head, guess: s.guess(ss.cred + "\x00" + q.key.route),
 			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now)})
 	}
 	if glimit == 0 {
@@ -351,12 +358,12 @@ func (s *Store) drive(ss *session) {
 			if idle {
 				if ss.idle.IsZero() {
 					ss.idle = now
-				} else if now.Sub(ss.idle) >= sessionLinger {
+				} else if now.Sub(ss.idle) >= s.linger() {
 					s.endSession(ss)
 					s.mu.Unlock()
 					return
 				}
-				at = ss.idle.Add(sessionLinger)
+				at = ss.idle.Add(s.linger())
 			} else {
 				ss.idle = time.Time{}
 			}
@@ -368,6 +375,15 @@ func (s *Store) drive(ss *session) {
 		s.mu.Unlock()
 		s.send(ss, &p)
 	}
+}
+
+// linger returns how long a session with nothing to do lives on; s.mu
+// must be held.
+func (s *Store) linger() time.Duration {
+	if len(s.sessions) > crowd {
+		return crowdLinger
+	}
+	return sessionLinger
 }
 
 // sleepUntil waits until at (zero: a kick), a kick of ss, or the Store
