@@ -317,3 +317,30 @@ func TestDeadlineShorterThanTheRoundTripIsNotSent(t *testing.T) {
 	resp, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
 	mustOK(t, resp, err)
 }
+
+// TestDeadlineShorterThanAnyRoundTripIsNotSent: before its first response
+// a transport has measured no round trip, yet a request with a few
+// milliseconds left cannot come back from Discord in time (a process of
+// many sharing a bucket through Redis may get a slot before it ever heard
+// from Discord): it is not sent, and its slot goes to the next request,
+// which has time to use it.
+func TestDeadlineShorterThanAnyRoundTripIsNotSent(t *testing.T) {
+	f := newFakeDiscord()
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 1, time.Minute, false))
+	c, _ := newClient(t, mock)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	_, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	var rl *ratecord.RateLimitError
+	if !errors.As(err, &rl) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first request with 5ms left: %v; want a RateLimitError matching context.DeadlineExceeded", err)
+	}
+	if sent, _, _ := f.stats(); len(sent) != 0 {
+		t.Fatalf("server saw %d requests; want none", len(sent))
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	mustOK(t, resp, err)
+}

@@ -291,8 +291,20 @@ func (t *Transport) tooLate(ctx context.Context) bool {
 		return false
 	}
 	rtt := time.Duration(t.rtt.Load())
-	return rtt > 0 && dl.Sub(t.cfg.clock.Now()) < rtt
+	if rtt == 0 {
+		rtt = initialRTT
+	}
+	return dl.Sub(t.cfg.clock.Now()) < rtt
 }
+
+// initialRTT stands for the round trip until a response came. A request
+// to Discord's API seldom comes back sooner, whatever the network, so one
+// with less left would most likely be cancelled on its way, its slot spent
+// for nothing. (A process of many that share a bucket through Redis may be
+// granted a slot before it ever heard from Discord; without this it sent
+// with a few milliseconds left.) A request with more left goes, and its
+// response gives the estimate.
+const initialRTT = 40 * time.Millisecond
 
 // decision is what the outcome of one attempt calls for, in the manner of
 // go-retryablehttp's CheckRetry and Backoff taken together.
