@@ -711,7 +711,7 @@ func (s *Store) refuseKnown(c *store.Claim) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.refusal.peek(key)
+	r, ok := s.refusal.get(key)
 	if !ok {
 		return nil
 	}
