@@ -100,7 +100,8 @@ const (
 	// a burst of many credentials (a proxy relaying many users' tokens)
 	// keeps about its rate times crowdLinger sessions, not its rate times
 	// a second. The short linger still covers the gap between a grant and
-	// its request's write, when a recall may come.
+	// its request's write, when a recall may come (see recall.go), unless
+	// the process stalls longer than that between them.
 	sessionLinger = time.Second
 	crowd         = 1024
 	crowdLinger   = 50 * time.Millisecond
