@@ -165,7 +165,7 @@ func TestMemoryDistinctCredentials(t *testing.T) {
 // routes: a route not used for two periods is forgotten, one used every
 // period is kept, and once nothing is remembered the timer stops.
 func TestAgingForgetsIdleRoutes(t *testing.T) {
-	const period = 200 * time.Millisecond
+	const period = 500 * time.Millisecond
 	defer redisstore.SetAgePeriod(period)()
 	client := newClient(t, redisAddr(t))
 	st := redisstore.New(client, redisstore.WithPrefix(testPrefix(t)))
@@ -196,14 +196,15 @@ func TestAgingForgetsIdleRoutes(t *testing.T) {
 	if r := remembered(); r == 0 {
 		t.Fatal("no route remembered after two requests")
 	}
-	// Keep "busy" in use for four periods: "idle" goes, "busy" stays.
-	for range 8 {
-		time.Sleep(period / 2)
+	// Keep "busy" in use, five times a period, for more than two periods:
+	// "idle" goes, "busy" stays.
+	for range 12 {
+		time.Sleep(period / 5)
 		send("busy")
 	}
 	_, r := st.Held()
 	if r != 1 {
-		t.Fatalf("after four periods with one credential in use the Store remembers %d routes; want 1", r)
+		t.Fatalf("after more than two periods with one credential in use the Store remembers %d routes; want 1", r)
 	}
 	// Then nothing: everything goes, and the timer does not run on.
 	time.Sleep(3 * period)
