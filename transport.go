@@ -184,16 +184,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 					scope = store.ScopeGlobal
 				}
 				t.event(&tel, Event{Kind: EventLapsed, Route: key.route, Bucket: bucket, Scope: scope, Attempt: attempt})
+				level, msg := slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again"
 				if t.cfg.clock.Now().Before(permit.SendBy) {
 					// Not of age: taken back. Discord changed a limit, or
 					// another request met a 429 first; nothing is wrong
 					// with this process.
-					t.log.LogAttrs(ctx, slog.LevelInfo, "ratecord: a response since the grant spent its bucket; claiming again",
-						slog.String("route", key.route), slog.String("bucket", bucket))
-				} else {
-					t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again",
-						slog.String("route", key.route), slog.String("bucket", bucket))
+					level, msg = slog.LevelInfo, "ratecord: a response since the grant spent its bucket; claiming again"
 				}
+				t.log.LogAttrs(ctx, level, msg, slog.String("route", key.route), slog.String("bucket", bucket))
 				permit.Recycle()
 				attempt--
 				lapsed = true

@@ -15,8 +15,9 @@ import (
 const processHeader = discordtest.ProcessHeader
 
 // processTransport marks every request with the worker's number in
-// processHeader, and the moment it leaves in [discordtest.SentHeader]. It sits under the limiter, on the base transport it wraps,
-// so it marks each attempt that leaves for the emulator, retries included;
+// processHeader, and the moment it leaves in [discordtest.SentHeader]. It
+// sits under the limiter, on the base transport it wraps, so it marks each
+// attempt that leaves for the emulator, retries included;
 // it also arms the cancellation of [Env.CancelAfterSend] as a request first
 // leaves. With trace set, it records every attempt in it (-trace-avoidable).
 type processTransport struct {

@@ -148,23 +148,25 @@ const (
 )
 
 // noteWindow records how long the window or pause that u reports may stay
-// open, up to maxHold, for the hold-off and the grace period; s.mu must be
+// open, up to maxHold, for the hold-off and the grace period, and returns
+// the longest such window recorded for c's route (0: none); s.mu must be
 // held.
-func (s *Store) noteWindow(c *store.Claim, u *store.Update) {
-	d := max(u.ResetAfter, u.RetryAfter)
-	if d <= 0 {
-		return
-	}
-	d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
+func (s *Store) noteWindow(c *store.Claim, u *store.Update) time.Duration {
 	key := c.Credential + "\x00" + c.Route
 	f, _ := s.routes.get(key)
+	d := max(u.ResetAfter, u.RetryAfter)
+	if d <= 0 {
+		return f.window
+	}
+	d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
 	if f.window >= d {
-		return
+		return f.window
 	}
 	f.window = d
 	s.routes.put(key, f)
 	s.remember()
 	s.longest = max(s.longest, d)
+	return d
 }
 
 // globalSpan is how long a global slot may count against the global

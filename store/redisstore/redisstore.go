@@ -575,11 +575,10 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, u store.Update
 	now := time.Now()
 	s.mu.Lock()
 	closed := s.closed
+	var window time.Duration
 	if !closed {
-		s.noteWindow(c, &u)
+		window = s.noteWindow(c, &u)
 	}
-	facts, _ := s.routes.peek(c.Credential + "\x00" + c.Route)
-	window := facts.window
 	s.mu.Unlock()
 	if closed {
 		return store.ErrClosed

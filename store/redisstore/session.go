@@ -357,14 +357,15 @@ func (s *Store) drive(ss *session) {
 		if p.empty() {
 			at, idle := ss.nextWake(now)
 			if idle {
+				linger := s.linger()
 				if ss.idle.IsZero() {
 					ss.idle = now
-				} else if now.Sub(ss.idle) >= s.linger() {
+				} else if now.Sub(ss.idle) >= linger {
 					s.endSession(ss)
 					s.mu.Unlock()
 					return
 				}
-				at = ss.idle.Add(s.linger())
+				at = ss.idle.Add(linger)
 			} else {
 				ss.idle = time.Time{}
 			}
