@@ -135,10 +135,15 @@
 // least four slots (or what it waits for, if less), so that a turn is
 // worth its round trips; a ticket served in part goes to the back. So
 // processes are served in arrival order within a window's slack, and none
-// starves. A ticket expires when its holder does not claim it within
-// [WithTicketGrace] of its expected turn; a process waiting behind it
-// looks again then, if sooner than its own fallback, since a holder that
-// stopped running (SIGSTOP, a VM's steal) tells no one its turn is over.
+// starves. A ticket lives no longer than the waiters it holds for wait
+// (their deadlines, MaxWait): a claim whose waiters are all gone before
+// its turn can come (fail-fast callers on a spent bucket) takes none, so
+// no process is told a turn it can no longer use and gives it up, one
+// call each, to the next. A ticket also expires when its holder does not
+// claim it within [WithTicketGrace] of its expected turn; a process
+// waiting behind it looks again then, if sooner than its own fallback,
+// since a holder that stopped running (SIGSTOP, a VM's steal) tells no one
+// its turn is over.
 //
 // A process is told of its turn: whatever frees a slot (another process's
 // response, a slot given back) and whatever moves a turn (the process

@@ -148,6 +148,31 @@ func (q *lqueue) due(head *store.Claim, now, until time.Time) []*waiter {
 	return out
 }
 
+// until returns the moment after which none of q's waiters waits any
+// longer (its deadline, or its start plus its MaxWait, the later over the
+// waiters), or zero when one of them waits without a bound. A place in a
+// line is worth holding no longer than that.
+func (q *lqueue) until() time.Time {
+	var last time.Time
+	for _, w := range q.waiters {
+		end := w.deadline
+		if w.claim.NoWait {
+			end = w.start
+		} else if w.claim.MaxWait > 0 {
+			if m := w.start.Add(w.claim.MaxWait); end.IsZero() || m.Before(end) {
+				end = m
+			}
+		}
+		if end.IsZero() {
+			return time.Time{}
+		}
+		if end.After(last) {
+			last = end
+		}
+	}
+	return last
+}
+
 // fail settles the waiters of q that made the same claim as head with err.
 func (q *lqueue) fail(head *store.Claim, err error) {
 	kept := q.waiters[:0]

@@ -295,7 +295,7 @@ func (st *step) report(s *Store, k credKeys, h *permit, u *store.Update, seq uin
 
 // claim adds a claim of want slots for claims like c, and up to extra more
 // for a lease, the route's hash guessed as guess; prefix names its permits.
-func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, extra int, prefix string) {
+func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, extra int, prefix string, life int64) {
 	bid := guessedID(guess, c.Route, c.Major) // for "", the probe's: the probe keys follow
 	pid := probeID(c.Route, c.Major)
 	sid := digest(c.Route, c.Major, c.Kind)
@@ -303,7 +303,7 @@ func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, 
 		k.bucket(pid), k.line(pid), k.tix(pid), k.sublimit(sid))
 	st.claims = append(st.claims,
 		c.Route, guess, flag(c.Global), flag(c.TokenAuth), want, extra, prefix, digest(c.Major),
-		millis(store.ClampDuration(c.Spacing)), c.Kind, flag(c.Priority == store.PriorityUrgent), bid, pid, sid,
+		millis(store.ClampDuration(c.Spacing)), c.Kind, flag(c.Priority == store.PriorityUrgent), bid, pid, sid, life,
 	)
 	st.nClaims++
 }

@@ -192,6 +192,7 @@ type planned struct {
 	n      int // waiters it is for
 	extra  int // slots asked for a lease
 	prefix string
+	until  time.Time // none of the queue's waiters waits past then (zero: one waits without a bound)
 }
 
 // plan is what one call of the driver carries.
@@ -249,7 +250,7 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 		}
 		q.turn = time.Time{}
 		p.claims = append(p.claims, planned{q: q, head: head, guess: s.guess(ss.cred + "\x00" + q.key.route),
-			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now)})
+			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until()})
 	}
 	if glimit == 0 {
 		glimit = ss.glimit
@@ -466,7 +467,7 @@ func (s *Store) send(ss *session, p *plan) {
 		st.report(s, ss.keys, it.h, &it.u, it.seq, millisDown(sentAt.Sub(it.at)))
 	}
 	for _, c := range p.claims {
-		st.claim(s, ss.keys, &c.head, c.guess, c.n, c.extra, c.prefix)
+		st.claim(s, ss.keys, &c.head, c.guess, c.n, c.extra, c.prefix, lifeOf(c.until, sentAt))
 	}
 	for _, name := range p.leaves {
 		st.leave(ss.keys, name)
@@ -871,5 +872,15 @@ func (s *Store) resync() {
 
 // millisDown converts d to whole milliseconds, rounding down.
 func millisDown(d time.Duration) int64 { return int64(d / time.Millisecond) }
+
+// lifeOf returns how long, in whole milliseconds from now, a ticket for
+// waiters that wait until until is worth holding: at least 1, or 0 for no
+// bound (until zero).
+func lifeOf(until, now time.Time) int64 {
+	if until.IsZero() {
+		return 0
+	}
+	return max(int64((until.Sub(now)+time.Millisecond-1)/time.Millisecond), 1)
+}
 
 func itoa(i int) string { return strconv.Itoa(i) }

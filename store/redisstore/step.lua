@@ -46,7 +46,7 @@
 local CALL_ARGS = 16
 local UNDO_KEYS, UNDO_ARGS = 2, 3
 local REPORT_KEYS, REPORT_ARGS = 8, 25
-local CLAIM_KEYS, CLAIM_ARGS = 8, 14
+local CLAIM_KEYS, CLAIM_ARGS = 8, 15
 local LEAVE_KEYS, LEAVE_ARGS = 3, 1
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
@@ -375,7 +375,7 @@ local function intent(line, holder, name, b, bkey)
   local key = line.L .. '\0' .. holder
   local it = intents[key]
   if not it then
-    it = {line = line, holder = holder, name = name, b = b, bkey = bkey, want = 0, served = 0, at = 0}
+    it = {line = line, holder = holder, name = name, b = b, bkey = bkey, want = 0, served = 0, at = 0, life = -1}
     intents[key] = it
     intentOrder[#intentOrder + 1] = key
   end
@@ -386,10 +386,26 @@ end
 local function gticket(holder)
   local t = G.tix[holder]
   if not t then
-    t = {want = 0, served = 0, at = 0}
+    t = {want = 0, served = 0, at = 0, life = -1}
     G.tix[holder] = t
   end
   return t
+end
+
+-- outlive has ticket t (an intent, or a global ticket) held for a claim
+-- whose waiters wait life ms at most (0: without a bound): as long as the
+-- longest-lived claim it holds for needs it.
+local function outlive(t, life)
+  if life == 0 or t.life == 0 then t.life = 0 elseif life > t.life then t.life = life end
+end
+
+-- worth reports whether a ticket whose turn comes in wait ms at the
+-- earliest is worth taking for waiters that wait life ms at most (0:
+-- without a bound). A waiter gone before its turn would leave the others
+-- waiting for it, and be told its turn for nothing: a fail-fast caller
+-- takes no place in line.
+local function worth(life, wait)
+  return life == 0 or life > wait
 end
 
 -- share returns how many slots of a counter of limit slots per window a
@@ -419,12 +435,14 @@ end
 --   +6 permit id prefix  +7 major digest         +8 spacing (ms): the seeded hold, 0 none
 --   +9 the claim's kind ("" none)               +10 urgent (1/0)
 --  +11 the guessed bucket's name  +12 the probe counter's name  +13 the kind's name
+--  +14 life (ms): how long the claim's waiters wait at most (0: without a bound)
 local function claim(i, k, a)
   local guess = ARGV[a + 1]
   local isGlobal = ARGV[a + 2] == '1'
   local want, extra = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local sub = ARGV[a + 9]
   local urgent = ARGV[a + 10] == '1'
+  local life = tonumber(ARGV[a + 14]) or 0
 
   local c = loadCred(KEYS[2])
   local refused = refusal(c, ARGV[a + 3] == '1', KEYS[k])
@@ -586,10 +604,11 @@ local function claim(i, k, a)
         local rn = room(b, now, MAX_PUSH)
         if rn > 0 then pushHeads(chan, tag, line, name, rn, me, posB) end
       end
-      if line then
+      if line and worth(life, lower) then
         local it = intent(line, holder, name, b, B)
         it.want = it.want + turn
         it.at = math.max(it.at, at)
+        outlive(it, life)
       end
       return {1, ceil(at - now), lower, 1, pushed, name}
     end
@@ -600,9 +619,12 @@ local function claim(i, k, a)
       -- The window has room the holders ahead keep: tell the first.
       pushGlobalHead()
     end
-    local gt = gticket(holder)
-    gt.want = gt.want + math.min(turn, freeB)
-    gt.at = math.max(gt.at, at)
+    if worth(life, ceil(at - now)) then
+      local gt = gticket(holder)
+      gt.want = gt.want + math.min(turn, freeB)
+      gt.at = math.max(gt.at, at)
+      outlive(gt, life)
+    end
     return {1, ceil(at - now), ceil(at - now), 2, 1, 'g'}
   end
 
@@ -646,9 +668,12 @@ local function claim(i, k, a)
       if p then others = others - G.line.want[p] elseif G.line.rank[holder] then others = others - average(G.line) end
       local at = math.max(globalSlot(others + granted + 1), now + latest + 1)
       nextAt = ceil(at - now)
-      local gt = gticket(holder)
-      gt.want = gt.want + math.min(rest, turnG)
-      gt.at = math.max(gt.at, at)
+      if worth(life, nextAt) then
+        local gt = gticket(holder)
+        gt.want = gt.want + math.min(rest, turnG)
+        gt.at = math.max(gt.at, at)
+        outlive(gt, life)
+      end
     end
   end
   if subTurn then
@@ -667,8 +692,11 @@ local function claim(i, k, a)
       local at = bound(b, now, others)
       if b.sliding and b.known then at = math.max(at, wakeAt(b, now)) + ceil(others * tau(b) / 1000) end
       if at > now then nextAt = ceil(at - now) end
-      it.want = it.want + math.min(rest, turnB)
-      it.at = math.max(it.at, at, now + latest + 1)
+      if worth(life, nextAt) then
+        it.want = it.want + math.min(rest, turnB)
+        it.at = math.max(it.at, at, now + latest + 1)
+        outlive(it, life)
+      end
     end
   end
   replyOf[i] = {granted, kind}
@@ -760,6 +788,7 @@ local function placeTickets()
     local it = intents[key]
     if it.want > 0 then
       local expiry = it.at + grace
+      if it.life > 0 then expiry = math.min(expiry, now + it.life) end
       lineJoin(it.line, it.holder, it.want, expiry, owner(it.holder) ~= it.holder, it.served > 0)
       if expiry > it.b.lineUntil then
         it.b.lineUntil = expiry
@@ -773,6 +802,7 @@ local function placeTickets()
     for holder, t in pairs(G.tix) do
       if t.want > 0 then
         local expiry = t.at + grace
+        if t.life > 0 then expiry = math.min(expiry, now + t.life) end
         lineJoin(G.line, holder, t.want, expiry, owner(holder) ~= holder, t.served > 0)
         local c = loadCred(KEYS[2])
         if expiry > c.glu then

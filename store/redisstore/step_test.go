@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,7 +88,7 @@ func (sp *stepper) claimOnly(guess string, n int) (claimReply, string) {
 	no := sp.next()
 	prefix := permitPrefix(sp.s.id, no, 1)
 	var st step
-	st.claim(sp.s, sp.k, &sp.claim, guess, n, 0, prefix)
+	st.claim(sp.s, sp.k, &sp.claim, guess, n, 0, prefix, 0)
 	r, err := sp.call(&st, no)
 	if err != nil {
 		sp.t.Fatalf("claim: %v", err)
@@ -150,12 +152,12 @@ func TestStepIgnoresLateCopy(t *testing.T) {
 	late := sp.next()
 	sp.next() // a later call runs first
 	var st step
-	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1))
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0)
 	if _, err := sp.call(&st, sp.no); err != nil {
 		t.Fatal(err)
 	}
 	var again step
-	again.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1))
+	again.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0)
 	if _, err := sp.call(&again, late); !errors.Is(err, errStale) {
 		t.Fatalf("a late copy of a call = %v; want errStale", err)
 	}
@@ -178,7 +180,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 	never := &lostCall{no: sp.no + 100, claims: ran.claims}
 	var st step
 	st.undoCall(sp.s, sp.k, never)
-	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.no+101, 1))
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.no+101, 1), 0)
 	sp.no += 101
 	rep, err := sp.call(&st, sp.no)
 	if err != nil {
@@ -192,7 +194,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 	// nothing comes back either.
 	var st2 step
 	st2.undoCall(sp.s, sp.k, ran)
-	st2.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.next(), 1))
+	st2.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.next(), 1), 0)
 	rep, err = sp.call(&st2, sp.no)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +215,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 		pid: probeID(sp2.claim.Route, sp2.claim.Major), prefix: prefix, major: sp2.claim.Major}}}
 	var st3 step
 	st3.undoCall(sp2.s, sp2.k, lost)
-	st3.claim(sp2.s, sp2.k, &sp2.claim, "h", 1, 0, permitPrefix(sp2.s.id, sp2.next(), 1))
+	st3.claim(sp2.s, sp2.k, &sp2.claim, "h", 1, 0, permitPrefix(sp2.s.id, sp2.next(), 1), 0)
 	rep, err = sp2.call(&st3, sp2.no)
 	if err != nil {
 		t.Fatal(err)
@@ -358,5 +360,77 @@ func TestStepTellsOnlyHoldersAhead(t *testing.T) {
 	defer cancel()
 	if m, err := sub.ReceiveMessage(ctx); err == nil {
 		t.Fatalf("C was told %q after B's refused claim; want nothing: C stands behind B", m.Payload)
+	}
+}
+
+// TestStepTicketLivesAsLongAsItsWaiters: a claim whose waiters wait less
+// than the known wait (fail-fast callers) takes no place in the bucket's
+// line, so that no process is later told its turn for waiters long gone
+// (and gives it up, telling the next, one call per process); a claim whose
+// waiters outlast the wait holds its ticket no longer than they wait; a
+// claim without a bound holds it until its turn plus the ticket grace.
+func TestStepTicketLivesAsLongAsItsWaiters(t *testing.T) {
+	a := newStepper(t, "life")
+	a.learn() // 2 per 10 s, one left
+	if r, _ := a.claimOnly("h", 1); r.kind != replyGrant {
+		t.Fatalf("claim of the last slot = %+v; want it", r)
+	}
+	s := New(stepClient(t), WithPrefix(a.s.prefix))
+	t.Cleanup(func() { s.Close() })
+	b := &stepper{t: t, s: s, k: s.keysOf(a.claim.Credential), claim: a.claim}
+	bid := guessedID("h", b.claim.Route, b.claim.Major)
+	claim := func(life int64) claimReply {
+		t.Helper()
+		no := b.next()
+		var st step
+		st.claim(b.s, b.k, &b.claim, "h", 1, 0, permitPrefix(b.s.id, no, 1), life)
+		r, err := b.call(&st, no)
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		if c := r.claims[0]; c.kind != replyWait || c.bound < 9000 {
+			t.Fatalf("claim on the bucket spent for 10 s = %+v; want a wait known to last about 10 s", c)
+		}
+		return r.claims[0]
+	}
+	// ticket returns b's ticket in the bucket's line: its expiry in ms
+	// from now, and whether there is one.
+	ticket := func() (time.Duration, bool) {
+		t.Helper()
+		c := stepClient(t)
+		if _, err := c.ZScore(t.Context(), b.k.line(bid), b.s.id).Result(); errors.Is(err, redis.Nil) {
+			return 0, false
+		} else if err != nil {
+			t.Fatalf("line: %v", err)
+		}
+		v, err := c.HGet(t.Context(), b.k.tix(bid), b.s.id).Result()
+		if err != nil {
+			t.Fatalf("ticket: %v", err)
+		}
+		var want, expiry, lane int64
+		if _, err := fmt.Sscanf(strings.ReplaceAll(v, "|", " "), "%d %d %d", &want, &expiry, &lane); err != nil {
+			t.Fatalf("ticket %q: %v", v, err)
+		}
+		tm, err := c.Time(t.Context()).Result()
+		if err != nil {
+			t.Fatalf("time: %v", err)
+		}
+		return time.Duration(expiry-tm.UnixMilli()) * time.Millisecond, true
+	}
+
+	r := claim(500) // waiters gone in 0.5 s, their turn about 10 s away
+	if _, ok := ticket(); ok {
+		t.Fatal("a claim whose waiters wait 500 ms took a place in a line whose turn is 10 s away")
+	}
+	// Waiters gone 100 ms after their turn, before the ticket grace
+	// (250 ms) would end: worth a place, until they are gone.
+	life := r.bound + 100
+	claim(life)
+	if exp, ok := ticket(); !ok || exp > time.Duration(life)*time.Millisecond || exp < time.Duration(life-200)*time.Millisecond {
+		t.Fatalf("ticket of waiters gone in %d ms: expires in %v (held %v); want about %d ms", life, exp, ok, life)
+	}
+	claim(0) // no bound: until the turn plus the grace
+	if exp, ok := ticket(); !ok || exp < 10*time.Second+DefaultTicketGrace-time.Second {
+		t.Fatalf("ticket of waiters without a bound: expires in %v (held %v); want 10 s + %v", exp, ok, DefaultTicketGrace)
 	}
 }
