@@ -81,6 +81,7 @@ func (a *aged[V]) len() int { return len(a.cur) + len(a.old) }
 type routeFacts struct {
 	hash   string        // the route's last known bucket hash ("": unknown; noBucket: none)
 	window time.Duration // the longest window or pause seen on it, up to maxHold (0: none)
+	limit  int32         // the limit its headers last named (0: none yet)
 }
 
 // remember arms the timer that ages the Store's maps, unless it is armed;

@@ -269,6 +269,11 @@
 //     Reset-After count every process's requests, so refilling at
 //     Reset-After would let a process send again on a sliding window while
 //     the others' requests still count.
+//   - A bucket whose headers last named fewer requests per window than the
+//     local share is not limited locally: its claims wait until Redis
+//     answers again, then claim through it (or fail at their deadline or
+//     MaxWait, or at once with NoWait). Shares of it would bound what the
+//     processes send on average, not in each window.
 //   - Returning, the Store stays for a grace period in which a request
 //     needs a grant of the local limiter (at its share) as well as one of
 //     Redis: one probe interval and one call timeout, so that every

@@ -18,7 +18,9 @@ var _ store.Estimator = (*Store)(nil)
 // bucket's reset or drip, and the claims waiting ahead: this process's
 // queue and the other processes' tickets), after this process's reports
 // of the credential are applied. It takes no slot. While the Store limits
-// locally it asks the local limiter. A refusal comes back as the
+// locally it asks the local limiter, but for a bucket too small to share
+// (see [WithLocalShare]), which waits for Redis: the probe interval, the
+// soonest Redis can be found back. A refusal comes back as the
 // *[store.WaitError] Acquire would return; a Redis failure as one
 // wrapping [ErrUnavailable].
 func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, error) {
@@ -29,6 +31,9 @@ func (s *Store) Estimate(ctx context.Context, c store.Claim) (time.Duration, err
 		return 0, err
 	}
 	if s.degraded.Load() {
+		if s.smallBucket(&c) {
+			return s.probeEvery, nil
+		}
 		return s.local.Estimate(ctx, c)
 	}
 	now := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -148,25 +149,47 @@ const (
 )
 
 // noteWindow records how long the window or pause that u reports may stay
-// open, up to maxHold, for the hold-off and the grace period, and returns
-// the longest such window recorded for c's route (0: none); s.mu must be
-// held.
+// open, up to maxHold, for the hold-off and the grace period, and the
+// limit its headers name (see smallBucket), and returns the longest such
+// window recorded for c's route (0: none); s.mu must be held.
 func (s *Store) noteWindow(c *store.Claim, u *store.Update) time.Duration {
 	key := c.Credential + "\x00" + c.Route
 	f, _ := s.routes.get(key)
-	d := max(u.ResetAfter, u.RetryAfter)
-	if d <= 0 {
-		return f.window
+	changed := false
+	if u.HasLimit && u.Limit > 0 {
+		if l := int32(min(u.Limit, math.MaxInt32)); l != f.limit {
+			f.limit, changed = l, true
+		}
 	}
-	d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
-	if f.window >= d {
-		return f.window
+	if d := max(u.ResetAfter, u.RetryAfter); d > 0 {
+		d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
+		if d > f.window {
+			f.window, changed = d, true
+			s.longest = max(s.longest, d)
+		}
 	}
-	f.window = d
-	s.routes.put(key, f)
-	s.remember()
-	s.longest = max(s.longest, d)
-	return d
+	if changed {
+		s.routes.put(key, f)
+		s.remember()
+	}
+	return f.window
+}
+
+// noteLimit records limit, a limit Redis holds for a bucket of the route
+// of credential cred (0: none known), as its responses' headers would
+// have: a process that never read a response of the route knows it too
+// (see smallBucket); s.mu must be held.
+func (s *Store) noteLimit(cred, route string, limit int64) {
+	if limit <= 0 {
+		return
+	}
+	key := cred + "\x00" + route
+	f, _ := s.routes.get(key)
+	if l := int32(min(limit, math.MaxInt32)); l != f.limit {
+		f.limit = l
+		s.routes.put(key, f)
+		s.remember()
+	}
 }
 
 // globalSpan is how long a global slot may count against the global
@@ -244,6 +267,10 @@ func (s *Store) recovered(now time.Time) {
 	s.graceUntil = now.Add(s.probeEvery + s.callTimeout + w + graceMargin)
 	s.probing = false
 	s.degraded.Store(false)
+	if s.back != nil {
+		close(s.back)
+		s.back = nil
+	}
 }
 
 // giveBackLocal returns a local permit nobody will use.
@@ -282,6 +309,7 @@ func (s *Store) failed(err error) {
 	}
 	s.fellAt = time.Now()
 	s.graceUntil = time.Time{}
+	s.back = make(chan struct{})
 	s.degraded.Store(true)
 	for _, ss := range s.sessions {
 		s.handOver(ss)

@@ -17,8 +17,15 @@ func attrErr(err error) slog.Attr { return slog.String("error", err.Error()) }
 func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 
 // acquireLocal grants c through the local limiter, while the Store limits
-// locally.
+// locally; a claim on a bucket too small to share (see smallBucket) waits
+// for Redis instead, and claims through it.
 func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (grant, error) {
+	if s.smallBucket(&c) {
+		if err := s.awaitRedis(ctx, &c, start); err != nil {
+			return grant{}, err
+		}
+		return s.claim(ctx, c, start, nil)
+	}
 	p, err := s.localGrant(ctx, c)
 	if err != nil {
 		return grant{}, err
@@ -39,6 +46,57 @@ func (s *Store) localOnly(ctx context.Context, c store.Claim, start time.Time, p
 	}
 	s.localGrants.Add(1)
 	return grant{Bucket: p.Bucket, Waited: time.Since(start), Handle: &localPermit{p: p}}, nil
+}
+
+// smallBucket reports whether the headers of c's route last named a limit
+// smaller than the local share: a bucket of fewer requests per window than
+// there are processes. Limiting locally, each process could send at most
+// one request per as many windows as make a whole request of its share,
+// which bounds what they send together on average, not in each window: two
+// of them may meet in one window (a 429 another process's response had
+// already foretold). While the Store limits locally, such a bucket waits
+// for Redis.
+func (s *Store) smallBucket(c *store.Claim) bool {
+	if s.share <= 1 {
+		return false
+	}
+	s.mu.Lock()
+	f, _ := s.routes.peek(c.Credential + "\x00" + c.Route)
+	s.mu.Unlock()
+	return f.limit > 0 && int(f.limit) < s.share
+}
+
+// awaitRedis waits until the Store limits through Redis again, or fails
+// like a wait of unknown length: at once for a NoWait claim, else when
+// c's context ends, its MaxWait passes, or it or the Store is closed.
+func (s *Store) awaitRedis(ctx context.Context, c *store.Claim, start time.Time) error {
+	s.mu.Lock()
+	back := s.back
+	s.mu.Unlock()
+	if back == nil {
+		return nil
+	}
+	if c.NoWait {
+		return &store.WaitError{Err: store.ErrWaitTooLong}
+	}
+	var expired <-chan time.Time
+	if c.MaxWait > 0 {
+		t := time.NewTimer(max(c.MaxWait-time.Since(start), 0))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-back:
+		return nil
+	case <-ctx.Done():
+		return &store.WaitError{Err: ctx.Err()}
+	case <-c.Done:
+		return &store.WaitError{Err: store.ErrClosed}
+	case <-s.done:
+		return &store.WaitError{Err: store.ErrClosed}
+	case <-expired:
+		return &store.WaitError{Err: store.ErrWaitTooLong}
+	}
 }
 
 // localGrant returns the local limiter's permit for c, with 1/share of the

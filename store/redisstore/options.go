@@ -83,8 +83,8 @@ func WithFailurePolicy(p FailurePolicy) Option {
 // WithLocalShare sets the number of processes assumed to share each
 // credential while Redis is unreachable under [FailOpen] (default
 // [DefaultLocalShare]): the local limiter then allows each process 1/n of
-// the global limit and of every bucket's limit, at least one request per
-// window. Values below 1 are ignored.
+// the global limit and of every bucket's limit; a bucket of fewer than n
+// requests per window waits for Redis instead. Values below 1 are ignored.
 func WithLocalShare(n int) Option {
 	return optionFunc(func(s *Store) {
 		if n >= 1 {

@@ -33,7 +33,7 @@ type Store struct {
 	mu       sync.Mutex          // guards sessions, byTag, routes, refusal, aging, closed, probing and the fields up to span
 	sessions map[string]*session // credential -> what the Store knows and does for it
 	byTag    map[string]*session // the credential's hash tag -> its session, for pushes
-	routes   aged[routeFacts]    // credential NUL route -> its hash and longest window (cache.go)
+	routes   aged[routeFacts]    // credential NUL route -> its hash, longest window and limit (cache.go)
 	refusal  aged[refusal]       // credential (NUL major, for webhooks) -> a cooldown Redis reported
 	aging    *time.Timer         // ages routes and refusal while they hold anything
 	ageEvery time.Duration       // agePeriod when the Store was made
@@ -47,6 +47,7 @@ type Store struct {
 	// What the hold-off after a fallback and the grace period after a
 	// recovery need to know (see failsafe.go).
 	fellAt     time.Time     // the last switch to the local limiter
+	back       chan struct{} // closed when the Store limits through Redis again (nil: it does)
 	graceUntil time.Time     // the end of the grace period
 	longest    time.Duration // the longest window or pause seen on any route
 	span       time.Duration // the longest global span of a claim

@@ -134,7 +134,8 @@ type claimReply struct {
 	// claim's other waiters may claim again in at ms (0: at once).
 	count, bkind int
 	delays       []int64
-	// limit is the granting bucket's known limit, 0 when unknown.
+	// limit is the granting (or, for a wait, the refusing) bucket's known
+	// limit, 0 when unknown.
 	limit int64
 	// replyWait: ask again within at ms; the wait lasts bound ms at least
 	// (0: unknown); scope says what holds it; with push, a push on line
@@ -186,8 +187,14 @@ func parseClaim(a []any) (claimReply, error) {
 		}
 		at, bound, scope, push := ints[0], ints[1], ints[2], ints[3]
 		line, ok := replyString(a, 5)
-		if !ok || at < 0 || bound < 0 || scope < waitUser || scope > waitPause {
+		if !ok || at < 0 || bound < 0 || scope < waitUser || scope > waitPause || len(a) > 7 {
 			return claimReply{}, fmt.Errorf("%w: claim: wait %v", errReply, a)
+		}
+		if len(a) == 7 {
+			// A bucket's wait names its limit when known.
+			if r.limit, err = replyInt(a, 6); err != nil || r.limit < 0 {
+				return claimReply{}, fmt.Errorf("%w: claim: wait %v", errReply, a)
+			}
 		}
 		r.at, r.bound, r.scope, r.push, r.line = at, bound, int(scope), push == 1, line
 	case replyRefuse:
@@ -220,7 +227,7 @@ const (
 	reportKeys  = 8
 	reportArgs  = 25
 	claimKeys   = 8
-	claimArgs   = 14
+	claimArgs   = 15
 	leaveKeys   = 3
 	leaveArgs   = 1
 	maxReportMs = 60_000 // the oldest a report's age may say

@@ -658,8 +658,10 @@ func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Tim
 		s.refusedLocked(key, werr)
 		q.fail(&c.head, werr)
 	case replyGrant:
+		s.noteLimit(ss.cred, q.key.route, r.limit)
 		s.grant(ss, c, r, now, sent)
 	case replyWait:
+		s.noteLimit(ss.cred, q.key.route, r.limit)
 		s.waitFor(ss, c, r, now, sent)
 	}
 }

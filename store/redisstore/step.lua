@@ -610,7 +610,9 @@ local function claim(i, k, a)
         it.at = math.max(it.at, at)
         outlive(it, life)
       end
-      return {1, ceil(at - now), lower, 1, pushed, name}
+      local known = 0
+      if b.known then known = b.limit end
+      return {1, ceil(at - now), lower, 1, pushed, name, known}
     end
     -- The global window: its slot opens then, or (when the entry that
     -- bounds it has not answered yet) not before then.
