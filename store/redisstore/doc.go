@@ -110,9 +110,9 @@
 //
 // A session with nothing to do ends after a second, or after 50 ms while
 // the Store holds more than 1,024 sessions; the Store also remembers each
-// credential's routes (their hashes and windows), a cache of what Redis
-// holds, forgetting an entry 25 to 50 s after its last use and holding at
-// most 65,536. So the memory a Store holds follows the credentials in use,
+// credential's routes (their hashes, windows and limits), a cache of what
+// Redis holds, forgetting an entry 25 to 50 s after its last use and
+// holding at most 65,536. So the memory a Store holds follows the credentials in use,
 // not the credentials ever seen: a proxy relaying many users' tokens gives
 // back the memory of those gone idle within a minute.
 //
