@@ -81,7 +81,9 @@ func TestFailOpen(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 
 	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true}
-	if err := acquire(t, s, c, time.Second).Report(t.Context(), limitsOf(c, 1, 0, 700*time.Millisecond)); err != nil {
+	// A bucket of 2, no smaller than the local share (a smaller one waits
+	// for Redis: TestSmallBucketWaitsForRedis).
+	if err := acquire(t, s, c, time.Second).Report(t.Context(), limitsOf(c, 2, 0, 700*time.Millisecond)); err != nil {
 		t.Fatalf("Update = %v", err)
 	}
 	// A waiter queued on the exhausted bucket when the server goes away.
@@ -91,7 +93,7 @@ func TestFailOpen(t *testing.T) {
 		defer cancel()
 		p, err := s.Acquire(ctx, c)
 		if err == nil {
-			err = p.Report(ctx, limitsOf(c, 1, 0, 50*time.Millisecond))
+			err = p.Report(ctx, limitsOf(c, 2, 0, 50*time.Millisecond))
 		}
 		queued <- err
 	}()
