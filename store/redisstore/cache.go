@@ -1,6 +1,9 @@
 package redisstore
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // What a Store remembers in its process about credentials and routes
 // (their hashes, the windows they showed, the cooldowns Redis reported) is
@@ -82,6 +85,17 @@ type routeFacts struct {
 	hash   string        // the route's last known bucket hash ("": unknown; noBucket: none)
 	window time.Duration // the longest window or pause seen on it, up to maxHold (0: none)
 	limit  int32         // the limit its headers last named (0: none yet)
+}
+
+// setLimit records limit (ignored unless positive) and reports whether
+// it changed f.
+func (f *routeFacts) setLimit(limit int64) bool {
+	l := int32(min(limit, math.MaxInt32))
+	if l <= 0 || l == f.limit {
+		return false
+	}
+	f.limit = l
+	return true
 }
 
 // remember arms the timer that ages the Store's maps, unless it is armed;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -155,12 +154,7 @@ const (
 func (s *Store) noteWindow(c *store.Claim, u *store.Update) time.Duration {
 	key := c.Credential + "\x00" + c.Route
 	f, _ := s.routes.get(key)
-	changed := false
-	if u.HasLimit && u.Limit > 0 {
-		if l := int32(min(u.Limit, math.MaxInt32)); l != f.limit {
-			f.limit, changed = l, true
-		}
-	}
+	changed := u.HasLimit && f.setLimit(int64(u.Limit))
 	if d := max(u.ResetAfter, u.RetryAfter); d > 0 {
 		d = min(store.ClampDuration(d)+s.pol.ResetOffset, maxHold)
 		if d > f.window {
@@ -176,17 +170,14 @@ func (s *Store) noteWindow(c *store.Claim, u *store.Update) time.Duration {
 }
 
 // noteLimit records limit, a limit Redis holds for a bucket of the route
-// of credential cred (0: none known), as its responses' headers would
-// have: a process that never read a response of the route knows it too
-// (see smallBucket); s.mu must be held.
-func (s *Store) noteLimit(cred, route string, limit int64) {
+// named by key (credential NUL route; 0: none known), as its responses'
+// headers would have: a process that never read a response of the route
+// knows it too (see smallBucket); s.mu must be held.
+func (s *Store) noteLimit(key string, limit int64) {
 	if limit <= 0 {
 		return
 	}
-	key := cred + "\x00" + route
-	f, _ := s.routes.get(key)
-	if l := int32(min(limit, math.MaxInt32)); l != f.limit {
-		f.limit = l
+	if f, _ := s.routes.get(key); f.setLimit(limit) {
 		s.routes.put(key, f)
 		s.remember()
 	}

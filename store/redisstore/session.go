@@ -188,6 +188,7 @@ func (ss *session) ready(q *lqueue, now time.Time) bool {
 type planned struct {
 	q      *lqueue
 	head   store.Claim
+	key    string // the route's key in Store.routes: credential NUL route
 	guess  string
 	n      int // waiters it is for
 	extra  int // slots asked for a lease
@@ -249,7 +250,8 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 			}
 		}
 		q.turn = time.Time{}
-		p.claims = append(p.claims, planned{q: q, head: head, guess: s.guess(ss.cred + "\x00" + q.key.route),
+		key := ss.cred + "\x00" + q.key.route
+		p.claims = append(p.claims, planned{q: q, head: head, key: key, guess: s.guess(key),
 			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until()})
 	}
 	if glimit == 0 {
@@ -643,7 +645,7 @@ func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Tim
 	q.push = r.kind == replyWait && r.push && r.scope != waitGlobal
 	switch r.kind {
 	case replyResolve:
-		s.setGuess(ss.cred+"\x00"+q.key.route, r.hash)
+		s.setGuess(c.key, r.hash)
 		q.notBefore = time.Time{}
 	case replyRefuse:
 		werr := &store.WaitError{Scope: store.ScopeGuard, RetryAfter: time.Duration(r.retry) * time.Millisecond}
@@ -658,10 +660,10 @@ func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Tim
 		s.refusedLocked(key, werr)
 		q.fail(&c.head, werr)
 	case replyGrant:
-		s.noteLimit(ss.cred, q.key.route, r.limit)
+		s.noteLimit(c.key, r.limit)
 		s.grant(ss, c, r, now, sent)
 	case replyWait:
-		s.noteLimit(ss.cred, q.key.route, r.limit)
+		s.noteLimit(c.key, r.limit)
 		s.waitFor(ss, c, r, now, sent)
 	}
 }

@@ -54,16 +54,7 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 	}
 
 	srv.stop()
-	for deadline := time.Now().Add(10 * time.Second); !s.Stats().Local; {
-		if time.Now().After(deadline) {
-			t.Fatal("the Store did not fall back to local limiting within 10 s of the server's stop")
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		if r, err := s.Acquire(ctx, large); err == nil {
-			r.Cancel()
-		}
-		cancel()
-	}
+	fallBack(t, s, "the Store", large)
 
 	// The large bucket: granted locally (after the hold-off).
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -89,16 +80,7 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 
 	// The other process, limiting locally too, holds the bucket it knows
 	// of only through Redis.
-	for deadline := time.Now().Add(10 * time.Second); !other.Stats().Local; {
-		if time.Now().After(deadline) {
-			t.Fatal("the other Store did not fall back to local limiting within 10 s of the server's stop")
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		if r, err := other.Acquire(ctx, large); err == nil {
-			r.Cancel()
-		}
-		cancel()
-	}
+	fallBack(t, other, "the other Store", large)
 	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
 	r, err = other.Acquire(ctx, large) // once the hold-off after its fallback has passed
 	cancel()
@@ -146,5 +128,21 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 		res.r.Cancel()
 	case <-time.After(15 * time.Second):
 		t.Fatal("claim on the small bucket still waits 15 s after Redis came back")
+	}
+}
+
+// fallBack claims c on st until st limits locally (a call finds the
+// server gone), failing t after 10 s.
+func fallBack(t *testing.T, st *redisstore.Store, name string, c store.Claim) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !st.Stats().Local; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not fall back to local limiting within 10 s of the server's stop", name)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		if r, err := st.Acquire(ctx, c); err == nil {
+			r.Cancel()
+		}
+		cancel()
 	}
 }
