@@ -34,8 +34,10 @@
 // counter per major parameter, and go out concurrently while the counter has
 // requests left. Remaining counts are decremented when a slot is granted and
 // only ever lowered by responses; resets come from X-RateLimit-Reset-After
-// plus a safety offset, never from wall clocks, and a window reopens only
-// after every request granted in it has been answered. This is correct for
+// plus a safety offset, never from wall clocks (of a fixed window's
+// responses, the one that came back fastest dates its end), and a window
+// reopens keeping a slot for each request granted in it still in flight,
+// which may arrive at Discord in the next one. This is correct for
 // Discord's fixed and sliding windows alike. A sliding window gives its
 // slots back one at a time; the store tells it from a fixed one by comparing
 // responses' X-RateLimit-Reset with each other (Discord's clock, never the

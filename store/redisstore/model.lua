@@ -277,6 +277,12 @@ local function windowOf(b, h, reset, counted)
 end
 
 -- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
+-- model.Bucket.sameWindow
+local function sameWindow(b, h, counted)
+  return not b.sliding and h.reset > 0 and counted > 0 and h.resetAfter >= 0
+    and h.reset - counted <= 2 and counted - h.reset <= 2
+end
+
 local function observe(b, t, h, probes)
   local limit, remaining = h.limit, h.remaining
   local after = h.resetAfter
@@ -345,9 +351,13 @@ local function observe(b, t, h, probes)
       if b.cap > 0 then b.remaining = math.min(b.remaining, b.cap - (limit - h.remaining) - b.pending) end
     end
     b.passed = b.passed + 1
-    if b.estimated or b.resetAt == 0 or reset > b.resetAt then
+    if b.estimated or b.resetAt == 0 or (reset > b.resetAt and not sameWindow(b, h, counted)) then
       b.resetAt = reset
       b.estimated = false
+    elseif reset < b.resetAt and b.resetAt - reset < math.max(idiv(b.window, 2), SLIDING_GUARD)
+      and reset >= b.pause and sameWindow(b, h, counted) then
+      -- the response with the shortest way down bounds the end closest (model.go)
+      b.resetAt = reset
     end
     if reset - t > b.window then b.window = reset - t end
   end

@@ -342,6 +342,49 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			name:  "fixed window: of the responses of one window, the one with the shortest way down bounds its end",
+			start: model.Bucket{},
+			steps: []op{
+				// Decided when the window began, 70 ms on the way down.
+				opObserve(t0+70, 0, model.Headers{Limit: 3, Remaining: 2, ResetAfter: 500, Offset: 10, Reset: epoch + 500}),
+				opTakeN(t0+71, 2),
+				// Decided 65 ms later, 10 ms on the way down: the same end
+				// on Discord's clock, 60 ms sooner on the store's.
+				opSettle(), opObserve(t0+75, 0, model.Headers{Limit: 3, Remaining: 1, ResetAfter: 435, Offset: 10, Reset: epoch + 500}),
+				// A slower one (Discord rounds its reset by a millisecond)
+				// does not move the end later again.
+				opSettle(), opObserve(t0+130, 0, model.Headers{Limit: 3, Remaining: 0, ResetAfter: 440, Offset: 10, Reset: epoch + 501}),
+			},
+			checks: []check{
+				{1, opWakeAt(t0 + 71), 0},
+				{4, opBound(t0+76, 2), t0 + 520},
+				{6, opWakeAt(t0 + 131), t0 + 520},
+				{6, opRoom(t0+519, 5), 0},
+				{6, opRoom(t0+520, 5), 3},
+			},
+		},
+		{
+			name:  "fixed window: a closer bound does not shorten a pause, nor the window a request left unanswered may have opened",
+			start: model.Bucket{},
+			steps: []op{
+				opObserve(t0+70, 0, model.Headers{Limit: 2, Remaining: 1, ResetAfter: 500, Offset: 10, Reset: epoch + 500}),
+				opShared(t0+72, 600),
+				opObserve(t0+75, 0, model.Headers{Limit: 2, Remaining: 0, ResetAfter: 435, Offset: 10, Reset: epoch + 500}),
+				opTake(t0 + 700),
+				// Unanswered: Discord may have counted it in a window of
+				// its own. A response of the old window read now bounds
+				// the old window only.
+				opUnanswered(t0 + 1300),
+				opObserve(t0+1305, 0, model.Headers{Limit: 2, Remaining: 0, ResetAfter: 0, Offset: 10, Reset: epoch + 500}),
+			},
+			checks: []check{
+				{3, opBound(t0+76, 0), t0 + 672},
+				{3, opWakeAt(t0 + 76), t0 + 672},
+				{3, opBound(t0+76, 3), t0 + 580 + 500}, // the end the pause overlaps stays
+				{6, opWakeAt(t0 + 1306), t0 + 1300 + 10 + 510},
+			},
+		},
+		{
 			name:  "fixed window: a response read late, of a window before the one a later response dated, says nothing",
 			start: model.Bucket{},
 			steps: []op{
@@ -368,7 +411,9 @@ func TestModelTransitions(t *testing.T) {
 			},
 			checks: []check{
 				{4, opRoom(t0+401, 30), 0},
-				{4, opBound(t0+401, 0), t0 + 1010},
+				// The same window on Discord's clock: the first response
+				// bounds its end closer, and stays.
+				{4, opBound(t0+401, 0), t0 + 510},
 			},
 		},
 		{

@@ -530,9 +530,17 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 			}
 		}
 		b.Passed++
-		if b.Estimated || b.ResetAt == 0 || reset > b.ResetAt {
+		switch {
+		case b.Estimated || b.ResetAt == 0 || reset > b.ResetAt && !b.sameWindow(h, counted):
 			b.ResetAt = reset
 			b.Estimated = false
+		case reset < b.ResetAt && b.ResetAt-reset < max(b.Window/2, slidingGuard) && reset >= b.Pause && b.sameWindow(h, counted):
+			// Each response of a window bounds its end from above: it
+			// ends Reset-After after Discord answered, no later than the
+			// arrival. The response that took the shortest way down
+			// bounds it closest. (An end moved further by a pause, or by
+			// a request that may have opened the next window, stays.)
+			b.ResetAt = reset
 		}
 		if w := reset - now; w > b.Window {
 			b.Window = w
@@ -699,6 +707,15 @@ func (b *Bucket) Limited(now, retry int64, h *Headers, probes int64) {
 func (b *Bucket) sameFixedWindow(h Headers, probes int64) bool {
 	return !b.Sliding && probes == 0 && h.Reset > 0 && b.ServerInstant && b.SeenRemaining > 0 &&
 		h.Reset-b.Instant <= sameInstant && b.Instant-h.Reset <= sameInstant
+}
+
+// sameWindow reports whether headers h date, on Discord's clock, from the
+// fixed window b counts (counted, the previous response's
+// X-RateLimit-Reset): every response of one fixed window names the same
+// end there, wherever and however late it is read.
+func (b *Bucket) sameWindow(h Headers, counted int64) bool {
+	return !b.Sliding && h.Reset > 0 && counted > 0 && h.ResetAfter >= 0 &&
+		h.Reset-counted <= sameInstant && counted-h.Reset <= sameInstant
 }
 
 // sameInstant is how far apart, in milliseconds, two X-RateLimit-Reset
