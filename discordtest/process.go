@@ -90,16 +90,97 @@ type reached struct {
 // knew reports whether q was sent late enough after r reached its process
 // for q's process to know what r said: at least the reaction time after it
 // when q comes from that process, at least the propagation allowance when it
-// comes from another.
+// comes from another. A response that reached a process while it was
+// stopped (see [Server.Stopped]) reached it when it continued, and not yet
+// while it is still stopped.
 func (s *Server) knew(r reached, q *request) bool {
 	if r.lost {
+		return false
+	}
+	at, ok := s.readAt(r.by.name, r.at)
+	if !ok {
 		return false
 	}
 	wait := s.cfg.propagation
 	if r.by == q.process {
 		wait = reaction
 	}
-	return !r.at.Add(wait).After(q.sent)
+	return !at.Add(wait).After(q.sent)
+}
+
+// stop is a span in which a client process was stopped: from when it
+// stopped until it continued (zero while it is still stopped).
+type stop struct {
+	from, to time.Time
+}
+
+// maxStops bounds the stops remembered per process, and maxStopped the
+// processes with stops remembered; beyond them, the oldest stops are
+// forgotten and new processes' stops are not recorded, which only leaves
+// more 429s avoidable.
+const (
+	maxStops   = 64
+	maxStopped = 1024
+)
+
+// readAt returns when a process named name could read what reached it at
+// at: then, or when it continued if it was stopped at that moment; false
+// while it is still stopped. s.mu must be held.
+func (s *Server) readAt(name string, at time.Time) (time.Time, bool) {
+	for _, sp := range s.stops[name] {
+		if at.Before(sp.from) {
+			break
+		}
+		if sp.to.IsZero() {
+			return time.Time{}, false
+		}
+		if at.Before(sp.to) {
+			return sp.to, true
+		}
+	}
+	return at, true
+}
+
+// Stopped tells the emulator that the client process named name (the value
+// of its [ProcessHeader], from any client IP) stopped running at t, such as
+// on SIGSTOP, until [Server.Continued]. A response that reaches a stopped
+// process waits unread: it tells that process, and through it the client's
+// other processes, nothing until the process continues. It changes only
+// which 429s count as avoidable (see [Stats]). Stops are taken in order: a
+// stop while the process is stopped, or one dated before its last
+// continue, is ignored.
+func (s *Server) Stopped(name string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.stops[name]
+	if n := len(sp); n > 0 && (sp[n-1].to.IsZero() || t.Before(sp[n-1].to)) {
+		return
+	}
+	if sp == nil && len(s.stops) >= maxStopped {
+		return
+	}
+	if len(sp) >= maxStops {
+		sp = append(sp[:0], sp[1:]...)
+	}
+	if s.stops == nil {
+		s.stops = make(map[string][]stop)
+	}
+	s.stops[name] = append(sp, stop{from: t})
+}
+
+// Continued tells the emulator that the client process named name, stopped
+// since [Server.Stopped], runs again from t. It does nothing for a process
+// that is not stopped, and a t before the stop counts as the stop's moment.
+func (s *Server) Continued(name string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp := s.stops[name]
+	if n := len(sp); n > 0 && sp[n-1].to.IsZero() {
+		sp[n-1].to = t
+		if t.Before(sp[n-1].from) {
+			sp[n-1].to = sp[n-1].from
+		}
+	}
 }
 
 // onWrite moves r to the moment res is written, when that is later than

@@ -42,8 +42,8 @@ type Server struct {
 	// mu guards the tables (buckets, routes, globalLimit, maxConcurrency,
 	// tokens, deleted resources), the counters, delivered, claimTold,
 	// renameTold, waitTold, edgeBlocks, bans, the snowflake sequence,
-	// logSeq, lastSweep, stats and what the responses in flight will have
-	// told (reached records).
+	// logSeq, lastSweep, stats, stops and what the responses in flight will
+	// have told (reached records).
 	mu              sync.Mutex
 	buckets         map[string]Bucket
 	routes          []route
@@ -64,6 +64,7 @@ type Server struct {
 	logSeq          int                           // log entries ever appended, across ResetStats
 	lastSweep       time.Time
 	stats           statsState
+	stops           map[string][]stop // per process name, the spans it was stopped in (see Stopped)
 
 	// Fixed after construction.
 	cfg       config

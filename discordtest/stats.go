@@ -23,7 +23,8 @@ import (
 // credential, or for an edge limit the client IP, whatever the token). A
 // request sent sooner was already on its way: that response does not make
 // its 429 avoidable. A response whose client went away before it was written
-// (see Lost) reached no one and told nothing.
+// (see Lost) reached no one and told nothing; one that reached a process
+// while it was stopped ([Server.Stopped]) reached it when it continued.
 //   - every 429 with scope global is avoidable, since a client can keep its
 //     credential under the global limit;
 //   - a 429 with scope user from a bucket is, unless the bucket makes a

@@ -564,6 +564,14 @@ func runOne(ctx context.Context, sc Scenario, lim Limiter, o Options, probe *pro
 		// The freezer starts freezes until the run ends; every process it
 		// stopped is continued before wg.Wait returns.
 		frz = newFreezer(o.Freeze, set)
+		frz.told = func(part int, stopped bool, at time.Time) {
+			// Workers name themselves by their part (see processTransport).
+			if stopped {
+				srv.Stopped(strconv.Itoa(part), at)
+			} else {
+				srv.Continued(strconv.Itoa(part), at)
+			}
+		}
 		wg.Go(func() { frz.run(runCtx, ctx) })
 	}
 	var outage outageRecord

@@ -133,6 +133,10 @@ type freezer struct {
 	rng  *rand.Rand
 	stop func(*os.Process) error // stops a process; stopProcess unless a test sets it
 	cont func(*os.Process) error // continues it; continueProcess unless a test sets it
+	// told, when set, is told of each stop (stopped true) and continue,
+	// with the worker's part and when it happened: the emulator's judge
+	// takes what reached a stopped worker as read when it continued.
+	told func(part int, stopped bool, at time.Time)
 
 	mu  sync.Mutex // guards log and err
 	log []Freeze
@@ -168,8 +172,14 @@ func (f *freezer) freeze(ctx context.Context, part int, p *os.Process, d time.Du
 	if err := f.stop(p); err != nil {
 		return
 	}
+	if f.told != nil {
+		f.told(part, true, start)
+	}
 	defer func() {
 		err := f.cont(p)
+		if f.told != nil {
+			f.told(part, false, time.Now())
+		}
 		if errors.Is(err, os.ErrProcessDone) {
 			err = nil
 		}

@@ -245,6 +245,21 @@ func TestFreezerPairsSignals(t *testing.T) {
 		events = append(events, "cont "+strconv.Itoa(p.Pid))
 		return nil
 	}
+	var told []string
+	var last time.Time
+	f.told = func(part int, stopped bool, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		e := "continued " + strconv.Itoa(part)
+		if stopped {
+			e = "stopped " + strconv.Itoa(part)
+		}
+		if at.Before(last) {
+			e += " out of order"
+		}
+		last = at
+		told = append(told, e)
+	}
 	run, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	f.run(run, t.Context())
@@ -268,6 +283,20 @@ func TestFreezerPairsSignals(t *testing.T) {
 	fs, _ := f.freezes()
 	if len(fs) != len(events)/2 {
 		t.Errorf("%d freezes recorded for %d stops", len(fs), len(events)/2)
+	}
+	// The emulator is told of each stop and continue of the worker, in
+	// order, by the worker's part.
+	if len(told) != len(events) {
+		t.Fatalf("told %v for events %v", told, events)
+	}
+	for i, e := range told {
+		want := "stopped 0"
+		if i%2 == 1 {
+			want = "continued 0"
+		}
+		if e != want {
+			t.Fatalf("told %d = %q; want %q (told %v)", i, e, want, told)
+		}
 	}
 }
 
