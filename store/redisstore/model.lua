@@ -276,13 +276,13 @@ local function windowOf(b, h, reset, counted)
   return reset > b.resetAt + gap, reset < b.resetAt - gap
 end
 
--- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
 -- model.Bucket.sameWindow
 local function sameWindow(b, h, counted)
   return not b.sliding and h.reset > 0 and counted > 0 and h.resetAfter >= 0
     and h.reset - counted <= 2 and counted - h.reset <= 2
 end
 
+-- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
 local function observe(b, t, h, probes)
   local limit, remaining = h.limit, h.remaining
   local after = h.resetAfter
