@@ -24,42 +24,37 @@ func TestStoppedProcessReadsOnContinue(t *testing.T) {
 	if !s.knew(at(100), sent(other, 110)) {
 		t.Fatal("before any stop: a response 10 ms old was not known to another process")
 	}
-	s.Stopped("2", ms(50))
-	cases := []struct {
+	type knewCase struct {
 		what string
 		r    reached
 		q    *request
 		want bool
-	}{
-		{"reached before the stop, another process 10 ms later", at(40), sent(other, 60), true},
-		{"reached while stopped, another process 500 ms later, still stopped", at(100), sent(other, 600), false},
-		{"reached while stopped, the stopped process itself", at(100), sent(frozen, 600), false},
 	}
-	for _, c := range cases {
-		if got := s.knew(c.r, c.q); got != c.want {
-			t.Errorf("%s: knew = %v; want %v", c.what, got, c.want)
+	check := func(cases []knewCase) {
+		t.Helper()
+		for _, c := range cases {
+			if got := s.knew(c.r, c.q); got != c.want {
+				t.Errorf("%s: knew = %v; want %v", c.what, got, c.want)
+			}
 		}
 	}
 
+	s.Stopped("2", ms(50))
+	check([]knewCase{
+		{"reached before the stop, another process 10 ms later", at(40), sent(other, 60), true},
+		{"reached while stopped, another process 500 ms later, still stopped", at(100), sent(other, 600), false},
+		{"reached while stopped, the stopped process itself", at(100), sent(frozen, 600), false},
+	})
+
 	s.Continued("2", ms(700))
 	s.Stopped("2", ms(650)) // dated before the continue: ignored
-	cases = []struct {
-		what string
-		r    reached
-		q    *request
-		want bool
-	}{
+	check([]knewCase{
 		{"reached while stopped, another process within the allowance of the continue", at(100), sent(other, 703), false},
 		{"reached while stopped, another process past the allowance of the continue", at(100), sent(other, 706), true},
 		{"reached while stopped, the process itself within its reaction time", at(100), sent(frozen, 700), false},
 		{"reached while stopped, the process itself after its reaction time", at(100), sent(frozen, 702), true},
 		{"reached after the continue", at(800), sent(other, 810), true},
-	}
-	for _, c := range cases {
-		if got := s.knew(c.r, c.q); got != c.want {
-			t.Errorf("%s: knew = %v; want %v", c.what, got, c.want)
-		}
-	}
+	})
 
 	// A process of another IP with the same name is stopped by name too; a
 	// process never stopped is not.

@@ -268,15 +268,7 @@ func TestFreezerPairsSignals(t *testing.T) {
 	if len(events) < 2 {
 		t.Fatalf("events = %v; want freezes", events)
 	}
-	for i, e := range events {
-		want := "stop 101"
-		if i%2 == 1 {
-			want = "cont 101"
-		}
-		if e != want {
-			t.Fatalf("event %d = %q; want %q (events %v)", i, e, want, events)
-		}
-	}
+	alternate(t, "event", events, "stop 101", "cont 101")
 	if len(events)%2 != 0 {
 		t.Errorf("events end with %q: a stop without its continue", events[len(events)-1])
 	}
@@ -289,13 +281,19 @@ func TestFreezerPairsSignals(t *testing.T) {
 	if len(told) != len(events) {
 		t.Fatalf("told %v for events %v", told, events)
 	}
-	for i, e := range told {
-		want := "stopped 0"
+	alternate(t, "told", told, "stopped 0", "continued 0")
+}
+
+// alternate fails t unless got is first, second, first, second and so on.
+func alternate(t *testing.T, what string, got []string, first, second string) {
+	t.Helper()
+	for i, e := range got {
+		want := first
 		if i%2 == 1 {
-			want = "continued 0"
+			want = second
 		}
 		if e != want {
-			t.Fatalf("told %d = %q; want %q (told %v)", i, e, want, told)
+			t.Fatalf("%s %d = %q; want %q (%v)", what, i, e, want, got)
 		}
 	}
 }

@@ -351,11 +351,12 @@ local function observe(b, t, h, probes)
       if b.cap > 0 then b.remaining = math.min(b.remaining, b.cap - (limit - h.remaining) - b.pending) end
     end
     b.passed = b.passed + 1
-    if b.estimated or b.resetAt == 0 or (reset > b.resetAt and not sameWindow(b, h, counted)) then
+    local same = sameWindow(b, h, counted)
+    if b.estimated or b.resetAt == 0 or (reset > b.resetAt and not same) then
       b.resetAt = reset
       b.estimated = false
-    elseif reset < b.resetAt and b.resetAt - reset < math.max(idiv(b.window, 2), SLIDING_GUARD)
-      and reset >= b.pause and sameWindow(b, h, counted) then
+    elseif same and reset < b.resetAt and b.resetAt - reset < math.max(idiv(b.window, 2), SLIDING_GUARD)
+      and reset >= b.pause then
       -- the response with the shortest way down bounds the end closest (model.go)
       b.resetAt = reset
     end

@@ -57,18 +57,10 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 	fallBack(t, s, "the Store", large)
 
 	// The large bucket: granted locally (after the hold-off).
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	r, err := s.Acquire(ctx, large)
-	cancel()
-	if err != nil {
-		t.Fatalf("claim on a bucket of 8 while limiting locally with a share of 4: %v; want a local grant", err)
-	}
-	r.Cancel()
+	grantedLocally(t, s, large, "claim on a bucket of 8 while limiting locally with a share of 4")
 
 	// The small bucket: not granted while Redis is away.
-	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
-	_, err = s.Acquire(ctx, small)
-	cancel()
+	err := claimBriefly(s, small)
 	var werr *store.WaitError
 	if !errors.As(err, &werr) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("claim on a bucket of 1 while limiting locally with a share of 4 = %v; want a wait error at its deadline", err)
@@ -81,17 +73,8 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 	// The other process, limiting locally too, holds the bucket it knows
 	// of only through Redis.
 	fallBack(t, other, "the other Store", large)
-	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
-	r, err = other.Acquire(ctx, large) // once the hold-off after its fallback has passed
-	cancel()
-	if err != nil {
-		t.Fatalf("the other process's claim on a bucket it never saw, while limiting locally: %v; want a local grant", err)
-	}
-	r.Cancel()
-	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
-	_, err = other.Acquire(ctx, small)
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
+	grantedLocally(t, other, large, "the other process's claim on a bucket it never saw, while limiting locally")
+	if err := claimBriefly(other, small); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the other process's claim on the bucket of 1 it learned from Redis, while limiting locally = %v; want a wait error at its deadline", err)
 	}
 
@@ -129,6 +112,31 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("claim on the small bucket still waits 15 s after Redis came back")
 	}
+}
+
+// grantedLocally fails t unless st grants c within 5 s (once the hold-off
+// after its fallback has passed), and gives the grant back.
+func grantedLocally(t *testing.T, st *redisstore.Store, c store.Claim, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	r, err := st.Acquire(ctx, c)
+	if err != nil {
+		t.Fatalf("%s: %v; want a local grant", what, err)
+	}
+	r.Cancel()
+}
+
+// claimBriefly claims c on st with a 300 ms deadline and returns the
+// error (nil when granted, the grant given back).
+func claimBriefly(st *redisstore.Store, c store.Claim) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	r, err := st.Acquire(ctx, c)
+	if err == nil {
+		r.Cancel()
+	}
+	return err
 }
 
 // fallBack claims c on st until st limits locally (a call finds the

@@ -530,11 +530,12 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 			}
 		}
 		b.Passed++
+		same := b.sameWindow(h, counted)
 		switch {
-		case b.Estimated || b.ResetAt == 0 || reset > b.ResetAt && !b.sameWindow(h, counted):
+		case b.Estimated || b.ResetAt == 0 || reset > b.ResetAt && !same:
 			b.ResetAt = reset
 			b.Estimated = false
-		case reset < b.ResetAt && b.ResetAt-reset < max(b.Window/2, slidingGuard) && reset >= b.Pause && b.sameWindow(h, counted):
+		case same && reset < b.ResetAt && b.ResetAt-reset < max(b.Window/2, slidingGuard) && reset >= b.Pause:
 			// Each response of a window bounds its end from above: it
 			// ends Reset-After after Discord answered, no later than the
 			// arrival. The response that took the shortest way down
