@@ -21,6 +21,9 @@ func attrShare(n int) slog.Attr   { return slog.Int("local_share", n) }
 // for Redis instead, and claims through it.
 func (s *Store) acquireLocal(ctx context.Context, c store.Claim, start time.Time) (grant, error) {
 	if s.smallBucket(&c) {
+		if werr := s.knownOutage(ctx, &c, start); werr != nil {
+			return grant{}, werr
+		}
 		if err := s.awaitRedis(ctx, &c, start); err != nil {
 			return grant{}, err
 		}
@@ -64,6 +67,24 @@ func (s *Store) smallBucket(c *store.Claim) bool {
 	f, _ := s.routes.peek(c.Credential + "\x00" + c.Route)
 	s.mu.Unlock()
 	return f.limit > 0 && int(f.limit) < s.share
+}
+
+// knownOutage returns the refusal of c that this process knows from
+// Redis's last answers for c's queue (see knownWait), for a claim that
+// waits for Redis: a bucket's reset or pause that Discord named lasts
+// whatever happens to Redis meanwhile. It costs no Redis command.
+func (s *Store) knownOutage(ctx context.Context, c *store.Claim, now time.Time) *store.WaitError {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[c.Credential]
+	if ss == nil {
+		return nil
+	}
+	q := ss.queues[qkey{route: c.Route, major: c.Major, kind: c.Kind}]
+	if q == nil {
+		return nil
+	}
+	return s.knownWait(ctx, ss, q, c, now)
 }
 
 // awaitRedis waits until the Store limits through Redis again, or fails

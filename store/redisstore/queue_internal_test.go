@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -45,5 +47,58 @@ func TestQueueUntil(t *testing.T) {
 	}
 	if got := lifeOf(at(1000).Add(time.Microsecond), at(1000)); got != 1 {
 		t.Errorf("lifeOf(1 µs ahead) = %d; want 1 (rounded up)", got)
+	}
+}
+
+// TestPushFailsWaitersDueBefore: a push that tells a line's turn comes
+// later fails the queue's waiters whose deadlines (or MaxWait) come first,
+// at once, and keeps the others; a push for a turn that comes now fails
+// none.
+func TestPushFailsWaitersDueBefore(t *testing.T) {
+	s := New(nil)
+	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
+		progress: make(chan struct{}), running: true}
+	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	now := time.Now()
+	newWaiter := func(c store.Claim, deadline time.Duration) *waiter {
+		w := &waiter{claim: c, ready: make(chan struct{}), start: now}
+		if deadline > 0 {
+			w.deadline = now.Add(deadline)
+		}
+		return w
+	}
+	short := newWaiter(store.Claim{}, 100*time.Millisecond)
+	brief := newWaiter(store.Claim{MaxWait: 200 * time.Millisecond}, 0)
+	long := newWaiter(store.Claim{}, 5*time.Second)
+	q := ss.queue(qkey{route: "POST /channels/:id/messages", major: "channels/1"})
+	q.line = "L"
+	for _, w := range []*waiter{short, brief, long} {
+		q.add(w)
+	}
+
+	s.pushed(ss.tag, "L", 0)
+	if len(q.waiters) != 3 {
+		t.Fatalf("a push for a turn that comes now left %d waiters; want all 3", len(q.waiters))
+	}
+	s.pushed(ss.tag, "L", time.Second)
+	for _, tc := range []struct {
+		name string
+		w    *waiter
+		want error
+	}{
+		{"deadline in 100ms", short, context.DeadlineExceeded},
+		{"MaxWait 200ms", brief, store.ErrWaitTooLong},
+	} {
+		if tc.w.state != failed {
+			t.Errorf("%s: state %d after a push for a turn in 1s; want failed", tc.name, tc.w.state)
+			continue
+		}
+		var werr *store.WaitError
+		if !errors.As(tc.w.err, &werr) || !errors.Is(tc.w.err, tc.want) || werr.RetryAfter != time.Second || werr.Scope != store.ScopeUser {
+			t.Errorf("%s: error %#v; want a user-scope wait error wrapping %v, retry after 1s", tc.name, tc.w.err, tc.want)
+		}
+	}
+	if long.state != waiting || len(q.waiters) != 1 || q.waiters[0] != long {
+		t.Errorf("the waiter with a deadline in 5s: state %d, queue %d; want it still waiting, alone", long.state, len(q.waiters))
 	}
 }

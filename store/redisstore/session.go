@@ -740,13 +740,21 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 		// window's line when the window was full (some slots were
 		// reserved), in the bucket's otherwise.
 		next := now.Add(time.Duration(r.at) * time.Millisecond)
+		scope := store.ScopeUser
 		if c.head.Global && len(r.delays) > 0 {
-			q.global = true
+			q.global, scope = true, store.ScopeGlobal
 			if ss.gate.Before(next) {
 				ss.gate = next
 			}
 		} else {
-			q.notBefore = next
+			q.notBefore, q.bound, q.scope = next, next, scope
+		}
+		// The script tells that moment as the earliest the rest can be
+		// served (as a wait reply's bound): the waiters that will not
+		// wait so long fail now, not at their deadlines.
+		for _, w := range q.due(&c.head, now, next) {
+			w.err = &store.WaitError{Bucket: hash, Scope: scope, RetryAfter: next.Sub(now), Err: w.err}
+			q.settle(w, failed)
 		}
 	}
 }
@@ -838,6 +846,18 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 			// other line (the global window's, or the bucket's) the queue
 			// waited on told it.
 			q.turn = now.Add(at)
+			if at > 0 {
+				// The turn comes no sooner: the waiters that will not wait
+				// so long fail now, not at their deadlines.
+				scope := store.ScopeUser
+				if name == globalLine {
+					scope = store.ScopeGlobal
+				}
+				for _, w := range q.due(nil, now, bound) {
+					w.err = &store.WaitError{Bucket: q.hash, Scope: scope, RetryAfter: at, Err: w.err}
+					q.settle(w, failed)
+				}
+			}
 			waiting = waiting || len(q.waiters) > 0
 		}
 	}

@@ -114,6 +114,50 @@ func TestSmallBucketWaitsForRedis(t *testing.T) {
 	}
 }
 
+// TestSmallBucketKnownWaitOutlivesRedis: a bucket too small to share
+// waits for Redis while the Store limits locally, but a reset that Redis
+// had already told this process of lasts whatever happens to Redis: a
+// claim whose deadline comes first fails at once, as it would with Redis
+// up, not when its deadline passes.
+func TestSmallBucketKnownWaitOutlivesRedis(t *testing.T) {
+	srv := startServer(t)
+	s := redisstore.New(fastClient(t, srv.addr()), redisstore.WithPrefix(testPrefix(t)), redisstore.WithLocalShare(4),
+		redisstore.WithProbeInterval(50*time.Millisecond))
+	t.Cleanup(func() { s.Close() })
+	small := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1"}
+	large := store.Claim{Credential: "bot", Route: "GET /channels/:id/messages", Major: "channels/1"}
+	r, err := s.Acquire(t.Context(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reset = 10 * time.Second
+	if err := r.Report(t.Context(), store.Update{Sent: true, Status: 200, Bucket: "small", HasLimit: true,
+		Limit: 1, Remaining: 0, ResetAfter: reset}); err != nil {
+		t.Fatal(err)
+	}
+	r.Recycle()
+	// Redis tells this process how long the bucket's wait lasts.
+	if err := claimBriefly(s, small); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim on the spent bucket = %v; want a wait error", err)
+	}
+
+	srv.stop()
+	fallBack(t, s, "the Store", large)
+	start := time.Now()
+	err = claimBriefly(s, small)
+	elapsed := time.Since(start)
+	var werr *store.WaitError
+	if !errors.As(err, &werr) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim on the spent bucket of 1 while limiting locally = %v; want a wait error", err)
+	}
+	if elapsed >= 250*time.Millisecond {
+		t.Errorf("claim with a 300 ms deadline on a bucket known to reset in %v failed after %v; want at once", reset, elapsed)
+	}
+	if werr.RetryAfter <= time.Second {
+		t.Errorf("WaitError.RetryAfter = %v; want the known reset, about %v", werr.RetryAfter, reset)
+	}
+}
+
 // grantedLocally fails t unless st grants c within 5 s (once the hold-off
 // after its fallback has passed), and gives the grant back.
 func grantedLocally(t *testing.T, st *redisstore.Store, c store.Claim, what string) {

@@ -68,6 +68,7 @@ func cases() []testCase {
 		{name: "CancelWaiter", run: testCancelWaiter},
 		{name: "CancelGivesBackSlot", policy: store.Policy{GlobalWindow: far}, run: testCancelGivesBackSlot},
 		{name: "DeadlineBeforeKnownWait", run: testDeadlineBeforeKnownWait},
+		{name: "DeadlineBehindGrant", run: testDeadlineBehindGrant},
 		{name: "MaxWaitBeforeKnownWait", run: testMaxWaitBeforeKnownWait},
 		{name: "DeadlineDuringUnknownWait", run: testDeadlineDuringUnknownWait},
 		{name: "GlobalBurst", policy: store.Policy{GlobalWindow: far}, run: testGlobalBurst},
@@ -825,6 +826,44 @@ func testDeadlineBeforeKnownWait(h *harness) {
 	we = h.waitError(err, context.DeadlineExceeded, "deadline before the end of a global pause")
 	if we.RetryAfter <= 0 {
 		h.t.Errorf("WaitError.RetryAfter = %v; want > 0", we.RetryAfter)
+	}
+}
+
+// testDeadlineBehindGrant: waiters queued for a bucket's reset, when the
+// reset's one slot goes to the first of them, fail at once if their
+// deadlines come before the window after it, not when those deadlines
+// pass.
+func testDeadlineBehindGrant(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	const window = 300 * time.Millisecond
+	h.learn(c, "h", 1, 0, window) // one per 300 ms, spent until t0+300ms
+	t0 := time.Now()
+	const waiters, deadline = 4, 2 * window
+	ctx, cancel := context.WithTimeout(h.t.Context(), deadline)
+	defer cancel()
+	var chs []<-chan result
+	for range waiters {
+		chs = append(chs, h.queue(ctx, c))
+	}
+	granted := 0
+	for i, ch := range chs {
+		what := fmt.Sprintf("waiter %d of %d, deadline %v after the update", i+1, waiters, deadline)
+		r := h.await(ch, what)
+		if r.err == nil {
+			granted++
+			h.notBefore(r, t0, window, what)
+			continue
+		}
+		if ctx.Err() != nil {
+			h.t.Errorf("%s: failed only when its deadline passed (%v after the update); want it to fail when the reset's slot went to the first waiter", what, r.at.Sub(t0))
+		}
+		we := h.waitError(r.err, context.DeadlineExceeded, what)
+		if we.RetryAfter <= 0 {
+			h.t.Errorf("%s: WaitError.RetryAfter = %v; want > 0", what, we.RetryAfter)
+		}
+	}
+	if granted != 1 {
+		h.t.Errorf("%d waiters granted in the window after the reset; want 1", granted)
 	}
 }
 
