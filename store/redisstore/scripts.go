@@ -227,7 +227,7 @@ const (
 	reportKeys  = 8
 	reportArgs  = 25
 	claimKeys   = 8
-	claimArgs   = 15
+	claimArgs   = 16
 	leaveKeys   = 3
 	leaveArgs   = 1
 	maxReportMs = 60_000 // the oldest a report's age may say
@@ -302,7 +302,11 @@ func (st *step) report(s *Store, k credKeys, h *permit, u *store.Update, seq uin
 
 // claim adds a claim of want slots for claims like c, and up to extra more
 // for a lease, the route's hash guessed as guess; prefix names its permits.
-func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, extra int, prefix string, life int64) {
+// sole says which of this process's places in lines the claim's queue
+// alone needs (soleGlobal, soleBucket): a claim that waits in one line
+// gives up its place in the other only where no other queue of the
+// process needs it.
+func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, extra int, prefix string, life int64, sole int) {
 	bid := guessedID(guess, c.Route, c.Major) // for "", the probe's: the probe keys follow
 	pid := probeID(c.Route, c.Major)
 	sid := digest(c.Route, c.Major, c.Kind)
@@ -310,10 +314,16 @@ func (st *step) claim(s *Store, k credKeys, c *store.Claim, guess string, want, 
 		k.bucket(pid), k.line(pid), k.tix(pid), k.sublimit(sid))
 	st.claims = append(st.claims,
 		c.Route, guess, flag(c.Global), flag(c.TokenAuth), want, extra, prefix, digest(c.Major),
-		millis(store.ClampDuration(c.Spacing)), c.Kind, flag(c.Priority == store.PriorityUrgent), bid, pid, sid, life,
+		millis(store.ClampDuration(c.Spacing)), c.Kind, flag(c.Priority == store.PriorityUrgent), bid, pid, sid, life, sole,
 	)
 	st.nClaims++
 }
+
+// Bits of a claim's sole argument.
+const (
+	soleGlobal = 1 << iota // no other queue of the process waits with global claims
+	soleBucket             // no other queue of the process waits in the bucket's line
+)
 
 // leave adds the line named name (a bucket's id, or globalLine) that this
 // process gives its place up in.

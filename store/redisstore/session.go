@@ -194,6 +194,27 @@ type planned struct {
 	extra  int // slots asked for a lease
 	prefix string
 	until  time.Time // none of the queue's waiters waits past then (zero: one waits without a bound)
+	sole   int       // soleGlobal, soleBucket: the places in lines only this queue needs
+}
+
+// sole returns which of the process's places in lines only q needs
+// (soleGlobal, soleBucket): the global window's, when no other queue with
+// waiters makes global claims; the line of the bucket bid, when no other
+// queue with waiters waits in it. s.mu must be held.
+func (ss *session) sole(q *lqueue, bid string) int {
+	sole := soleGlobal | soleBucket
+	for _, o := range ss.queues {
+		if o == q || len(o.waiters) == 0 {
+			continue
+		}
+		if o.waiters[0].claim.Global {
+			sole &^= soleGlobal
+		}
+		if o.line == bid {
+			sole &^= soleBucket
+		}
+	}
+	return sole
 }
 
 // plan is what one call of the driver carries.
@@ -251,8 +272,10 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 		}
 		q.turn = time.Time{}
 		key := ss.cred + "\x00" + q.key.route
-		p.claims = append(p.claims, planned{q: q, head: head, key: key, guess: s.guess(key),
-			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until()})
+		guess := s.guess(key)
+		p.claims = append(p.claims, planned{q: q, head: head, key: key, guess: guess,
+			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until(),
+			sole: ss.sole(q, guessedID(guess, q.key.route, q.key.major))})
 	}
 	if glimit == 0 {
 		glimit = ss.glimit
@@ -469,7 +492,7 @@ func (s *Store) send(ss *session, p *plan) {
 		st.report(s, ss.keys, it.h, &it.u, it.seq, millisDown(sentAt.Sub(it.at)))
 	}
 	for _, c := range p.claims {
-		st.claim(s, ss.keys, &c.head, c.guess, c.n, c.extra, c.prefix, lifeOf(c.until, sentAt))
+		st.claim(s, ss.keys, &c.head, c.guess, c.n, c.extra, c.prefix, lifeOf(c.until, sentAt), c.sole)
 	}
 	for _, name := range p.leaves {
 		st.leave(ss.keys, name)

@@ -46,7 +46,7 @@
 local CALL_ARGS = 16
 local UNDO_KEYS, UNDO_ARGS = 2, 3
 local REPORT_KEYS, REPORT_ARGS = 8, 25
-local CLAIM_KEYS, CLAIM_ARGS = 8, 15
+local CLAIM_KEYS, CLAIM_ARGS = 8, 16
 local LEAVE_KEYS, LEAVE_ARGS = 3, 1
 -- A lease is lent only from a bucket with at least this many slots free
 -- beyond the claim's waiters.
@@ -436,6 +436,8 @@ end
 --   +9 the claim's kind ("" none)               +10 urgent (1/0)
 --  +11 the guessed bucket's name  +12 the probe counter's name  +13 the kind's name
 --  +14 life (ms): how long the claim's waiters wait at most (0: without a bound)
+--  +15 sole: the places in lines only this claim's queue needs in its
+--      process: 1 the global window's, 2 the bucket's, 3 both
 local function claim(i, k, a)
   local guess = ARGV[a + 1]
   local isGlobal = ARGV[a + 2] == '1'
@@ -443,6 +445,8 @@ local function claim(i, k, a)
   local sub = ARGV[a + 9]
   local urgent = ARGV[a + 10] == '1'
   local life = tonumber(ARGV[a + 14]) or 0
+  local sole = tonumber(ARGV[a + 15]) or 0
+  local soleG, soleB = sole % 2 == 1, sole >= 2
 
   local c = loadCred(KEYS[2])
   local refused = refusal(c, ARGV[a + 3] == '1', KEYS[k])
@@ -610,6 +614,12 @@ local function claim(i, k, a)
         it.at = math.max(it.at, at)
         outlive(it, life)
       end
+      if isGlobal and soleG and (G.line.pos[holder] or G.line.rank[holder]) then
+        -- Waiting for the bucket, it keeps no place in the global
+        -- window's line: there it would keep slots it cannot use from
+        -- the holders behind, who may have the bucket's room it lacks.
+        lineLeave(G.line, holder)
+      end
       local known = 0
       if b.known then known = b.limit end
       return {1, ceil(at - now), lower, 1, pushed, name, known}
@@ -617,6 +627,13 @@ local function claim(i, k, a)
     -- The global window: its slot opens then, or (when the entry that
     -- bounds it has not answered yet) not before then.
     local at = math.max(globalSlot(aheadG + 1), now + 1)
+    if line and soleB and (line.pos[holder] or line.rank[holder]) then
+      -- The bucket has room for this claim: its place in the bucket's
+      -- line keeps nothing it needs, and would have it told of room there
+      -- that the full global window keeps it from using (and, leaving
+      -- then, tell the next, who would meet the same window).
+      lineLeave(line, holder)
+    end
     if aheadG > 0 and glimit - G.cnt > 0 then
       -- The window has room the holders ahead keep: tell the first.
       pushGlobalHead()

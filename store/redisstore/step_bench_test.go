@@ -55,7 +55,7 @@ func BenchmarkStep(b *testing.B) {
 	}
 	claimStep := func(s *Store, k credKeys, c *store.Claim, no uint64) *step {
 		var st step
-		st.claim(s, k, c, "h", 1, 0, permitPrefix(s.id, no, 1), 0)
+		st.claim(s, k, c, "h", 1, 0, permitPrefix(s.id, no, 1), 0, 0)
 		st.build(s, k, digest(c.Credential), no, 1000000)
 		return &st
 	}
@@ -65,7 +65,7 @@ func BenchmarkStep(b *testing.B) {
 			member: permitPrefix(s.id, no-1, 1) + "1", global: c.Global}
 		st.report(s, k, h, &headers, no, 0)
 		if claims {
-			st.claim(s, k, c, "h", 1, 0, permitPrefix(s.id, no, 1), 0)
+			st.claim(s, k, c, "h", 1, 0, permitPrefix(s.id, no, 1), 0, 0)
 		}
 		st.build(s, k, digest(c.Credential), no, 1000000)
 		return &st

@@ -88,7 +88,7 @@ func (sp *stepper) claimOnly(guess string, n int) (claimReply, string) {
 	no := sp.next()
 	prefix := permitPrefix(sp.s.id, no, 1)
 	var st step
-	st.claim(sp.s, sp.k, &sp.claim, guess, n, 0, prefix, 0)
+	st.claim(sp.s, sp.k, &sp.claim, guess, n, 0, prefix, 0, 0)
 	r, err := sp.call(&st, no)
 	if err != nil {
 		sp.t.Fatalf("claim: %v", err)
@@ -152,12 +152,12 @@ func TestStepIgnoresLateCopy(t *testing.T) {
 	late := sp.next()
 	sp.next() // a later call runs first
 	var st step
-	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0)
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0, 0)
 	if _, err := sp.call(&st, sp.no); err != nil {
 		t.Fatal(err)
 	}
 	var again step
-	again.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0)
+	again.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, late, 1), 0, 0)
 	if _, err := sp.call(&again, late); !errors.Is(err, errStale) {
 		t.Fatalf("a late copy of a call = %v; want errStale", err)
 	}
@@ -180,7 +180,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 	never := &lostCall{no: sp.no + 100, claims: ran.claims}
 	var st step
 	st.undoCall(sp.s, sp.k, never)
-	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.no+101, 1), 0)
+	st.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.no+101, 1), 0, 0)
 	sp.no += 101
 	rep, err := sp.call(&st, sp.no)
 	if err != nil {
@@ -194,7 +194,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 	// nothing comes back either.
 	var st2 step
 	st2.undoCall(sp.s, sp.k, ran)
-	st2.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.next(), 1), 0)
+	st2.claim(sp.s, sp.k, &sp.claim, "h", 1, 0, permitPrefix(sp.s.id, sp.next(), 1), 0, 0)
 	rep, err = sp.call(&st2, sp.no)
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestStepUndoesLostCall(t *testing.T) {
 		pid: probeID(sp2.claim.Route, sp2.claim.Major), prefix: prefix, major: sp2.claim.Major}}}
 	var st3 step
 	st3.undoCall(sp2.s, sp2.k, lost)
-	st3.claim(sp2.s, sp2.k, &sp2.claim, "h", 1, 0, permitPrefix(sp2.s.id, sp2.next(), 1), 0)
+	st3.claim(sp2.s, sp2.k, &sp2.claim, "h", 1, 0, permitPrefix(sp2.s.id, sp2.next(), 1), 0, 0)
 	rep, err = sp2.call(&st3, sp2.no)
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +383,7 @@ func TestStepTicketLivesAsLongAsItsWaiters(t *testing.T) {
 		t.Helper()
 		no := b.next()
 		var st step
-		st.claim(b.s, b.k, &b.claim, "h", 1, 0, permitPrefix(b.s.id, no, 1), life)
+		st.claim(b.s, b.k, &b.claim, "h", 1, 0, permitPrefix(b.s.id, no, 1), life, 0)
 		r, err := b.call(&st, no)
 		if err != nil {
 			t.Fatalf("claim: %v", err)
@@ -432,5 +432,121 @@ func TestStepTicketLivesAsLongAsItsWaiters(t *testing.T) {
 	claim(0) // no bound: until the turn plus the grace
 	if exp, ok := ticket(); !ok || exp < 10*time.Second+DefaultTicketGrace-time.Second {
 		t.Fatalf("ticket of waiters without a bound: expires in %v (held %v); want 10 s + %v", exp, ok, DefaultTicketGrace)
+	}
+}
+
+// TestStepHoldsOnlyTheLineItWaitsIn: a process whose claim waits for the
+// global window while the bucket has room for it gives up its place in the
+// bucket's line, and one whose claim waits for the bucket gives up its
+// place in the global window's line, each only where no other queue of the
+// process needs that place (the claim's sole flags). A place kept in the
+// other line kept slots the process could not use from the holders behind,
+// who, told of them, met the line this process waited in: the two lines
+// told each other's holders in turn, many calls per request.
+func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
+	c := stepClient(t)
+	prefix := "ratecordtest:sole:" + time.Now().Format(time.RFC3339Nano)
+	pol := store.Policy{GlobalWindow: 10 * time.Second}
+	claim := store.Claim{Credential: "bot", Route: "POST /channels/:id/messages", Major: "channels/1", Global: true, GlobalLimit: 2}
+	process := func(route string) *stepper {
+		s := New(c, WithPrefix(prefix), WithPolicy(pol))
+		t.Cleanup(func() { s.Close() })
+		cl := claim
+		cl.Route = route
+		return &stepper{t: t, s: s, k: s.keysOf(cl.Credential), claim: cl, glimit: 2}
+	}
+	a, b := process(claim.Route), process(claim.Route)
+	// onOther runs f with A's claims on another route of the same bucket.
+	onOther := func(f func()) {
+		a.claim.Route = "GET /channels/:id/messages"
+		f()
+		a.claim.Route = claim.Route
+	}
+	global := func(sp *stepper, kind int, hash, member string) *permit {
+		p := sp.permit(kind, hash, member)
+		p.global = true
+		return p
+	}
+	claimSole := func(sole int) claimReply {
+		t.Helper()
+		no := b.next()
+		var st step
+		st.claim(b.s, b.k, &b.claim, "h", 1, 0, permitPrefix(b.s.id, no, 1), 0, sole)
+		r, err := b.call(&st, no)
+		if err != nil {
+			t.Fatalf("B's claim: %v", err)
+		}
+		return r.claims[0]
+	}
+	bid := guessedID("h", claim.Route, claim.Major)
+	holds := func(line string) bool {
+		t.Helper()
+		_, err := c.ZScore(t.Context(), b.k.line(line), b.s.id).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatalf("line %s: %v", line, err)
+		}
+		return err == nil
+	}
+
+	// A learns the bucket (2 per 10 s) and takes its last slot: the
+	// bucket is spent and the global window (2) full.
+	r, pa := a.claimOnly("", 1)
+	if r.kind != replyGrant {
+		t.Fatalf("A's first claim = %+v; want a probe slot", r)
+	}
+	a.report(global(a, kindProbe, "", pa+"1"), store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true,
+		Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, a.next())
+	r, pa = a.claimOnly("h", 1)
+	if r.kind != replyGrant {
+		t.Fatalf("A's claim of the last slot = %+v; want it", r)
+	}
+	// B waits for the bucket: a place in its line.
+	if r := claimSole(soleGlobal | soleBucket); r.kind != replyWait || r.scope != waitUser {
+		t.Fatalf("B's claim on the spent bucket = %+v; want a wait for the bucket", r)
+	}
+	if !holds(bid) {
+		t.Fatal("B, waiting for the bucket, holds no place in its line")
+	}
+
+	// A gives its slot back (the bucket has room for B) and takes the
+	// global slot with a probe of another route: B now waits for the
+	// global window alone.
+	a.report(global(a, kindLearned, "h", pa+"1"), store.Update{}, a.next())
+	var pa2 string
+	onOther(func() { r, pa2 = a.claimOnly("", 1) })
+	if r.kind != replyGrant {
+		t.Fatalf("A's probe of another route = %+v; want a slot", r)
+	}
+	if r := claimSole(soleGlobal); r.kind != replyWait || r.scope != waitGlobal {
+		t.Fatalf("B's claim with the bucket's room and the global window full = %+v; want a wait for the window", r)
+	}
+	if !holds(bid) || !holds(globalLine) {
+		t.Fatalf("B, waiting for the window, another queue of it in the bucket's line: places in the bucket's line %v, the window's %v; want both", holds(bid), holds(globalLine))
+	}
+	if r := claimSole(soleGlobal | soleBucket); r.kind != replyWait || r.scope != waitGlobal {
+		t.Fatalf("B's claim again = %+v; want a wait for the window", r)
+	}
+	if holds(bid) || !holds(globalLine) {
+		t.Fatalf("B, waiting for the window alone: places in the bucket's line %v, the window's %v; want only the window's", holds(bid), holds(globalLine))
+	}
+
+	// A's probe answers for the same bucket, spent: B waits for the
+	// bucket again, and gives up its place in the window's line only
+	// where no other queue of it needs it.
+	onOther(func() {
+		a.report(global(a, kindProbe, "", pa2+"1"), store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true,
+			Limit: 2, Remaining: 0, ResetAfter: 10 * time.Second}, a.next())
+	})
+	if r := claimSole(soleBucket); r.kind != replyWait || r.scope != waitUser {
+		t.Fatalf("B's claim on the bucket spent again = %+v; want a wait for the bucket", r)
+	}
+	if !holds(bid) || !holds(globalLine) {
+		t.Fatalf("B, waiting for the bucket, another queue of it in the window's line: places in the bucket's line %v, the window's %v; want both", holds(bid), holds(globalLine))
+	}
+	if r := claimSole(soleGlobal | soleBucket); r.kind != replyWait || r.scope != waitUser {
+		t.Fatalf("B's claim again = %+v; want a wait for the bucket", r)
+	}
+	if !holds(bid) || holds(globalLine) {
+		t.Fatalf("B, waiting for the bucket alone: places in the bucket's line %v, the window's %v; want only the bucket's", holds(bid), holds(globalLine))
 	}
 }
