@@ -124,7 +124,10 @@
 // deadline or MaxWait comes before the end of a wait it knows, and a NoWait
 // claim while one lasts, fail at once, and an estimate ([Store.Estimate])
 // under one costs no command. Nobody asks again before it ends, unless
-// told.
+// told. The same holds for what a grant tells the waiters it leaves behind
+// (the next slot after the one granted) and for the turn a push names:
+// waiters that will not wait so long fail when they learn it, not at
+// their deadlines.
 //
 // Across processes, a refused claim takes a ticket in the line of what
 // refused it: its bucket's (per bucket and major) or the global window's.
@@ -135,7 +138,12 @@
 // least four slots (or what it waits for, if less), so that a turn is
 // worth its round trips; a ticket served in part goes to the back. So
 // processes are served in arrival order within a window's slack, and none
-// starves. A ticket lives no longer than the waiters it holds for wait
+// starves. A process holds a place only in the line of what it waits for:
+// waiting for the global window while its bucket has room, it leaves the
+// bucket's line, and waiting for the bucket, the global window's (where no
+// other queue of the process needs that place); a place kept in the other
+// line would keep slots from the holders behind that it cannot use. A
+// ticket lives no longer than the waiters it holds for wait
 // (their deadlines, MaxWait): a claim whose waiters are all gone before
 // its turn can come (fail-fast callers on a spent bucket) takes none, so
 // no process is told a turn it can no longer use and gives it up, one
@@ -272,8 +280,9 @@
 //   - A bucket whose headers last named fewer requests per window than the
 //     local share is not limited locally: its claims wait until Redis
 //     answers again, then claim through it (or fail at their deadline or
-//     MaxWait, or at once with NoWait). Shares of it would bound what the
-//     processes send on average, not in each window.
+//     MaxWait, or at once with NoWait, or at once when a wait Redis told
+//     of before the outage outlasts them). Shares of it would bound what
+//     the processes send on average, not in each window.
 //   - Returning, the Store stays for a grace period in which a request
 //     needs a grant of the local limiter (at its share) as well as one of
 //     Redis: one probe interval and one call timeout, so that every
