@@ -61,8 +61,12 @@ local MAX_PUSH = 4
 -- holder sends: a process that stops running (SIGSTOP, a VM's steal, a
 -- long pause) while it holds slots for the next window wastes them for
 -- every other process. A slot further off is claimed when it opens: one
--- call per process per window, however many it sends then.
-local RESERVE_AHEAD = 50
+-- call per process per window, however many it sends then. 200 ms, not
+-- less: with a nearer bound, processes whose bucket had room but whose
+-- global window was full came back for each slot, most of them refused
+-- (a sliding bucket at 64 processes: about 10 commands per request
+-- against 5).
+local RESERVE_AHEAD = 200
 
 -- What one call says of itself (see ARGV above), set by stepMain, and
 -- the number of the last report it applied.
