@@ -148,6 +148,15 @@ func (q *lqueue) due(head *store.Claim, now, until time.Time) []*waiter {
 	return out
 }
 
+// failDue fails the waiters of q that due returns, each with a wait error
+// of bucket and scope that names retry as its wait.
+func (q *lqueue) failDue(head *store.Claim, now, until time.Time, bucket string, scope store.Scope, retry time.Duration) {
+	for _, w := range q.due(head, now, until) {
+		w.err = &store.WaitError{Bucket: bucket, Scope: scope, RetryAfter: retry, Err: w.err}
+		q.settle(w, failed)
+	}
+}
+
 // until returns the moment after which none of q's waiters waits any
 // longer (its deadline, or its start plus its MaxWait, the later over the
 // waiters), or zero when one of them waits without a bound. A place in a

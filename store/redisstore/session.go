@@ -197,22 +197,50 @@ type planned struct {
 	sole   int       // soleGlobal, soleBucket: the places in lines only this queue needs
 }
 
-// sole returns which of the process's places in lines only q needs
-// (soleGlobal, soleBucket): the global window's, when no other queue with
-// waiters makes global claims; the line of the bucket bid, when no other
-// queue with waiters waits in it. s.mu must be held.
-func (ss *session) sole(q *lqueue, bid string) int {
-	sole := soleGlobal | soleBucket
-	for _, o := range ss.queues {
-		if o == q || len(o.waiters) == 0 {
+// lineUse counts the queues of a session with waiters that need a place
+// in a line: those whose first waiter makes global claims, and those
+// waiting in each bucket's line.
+type lineUse struct {
+	global int
+	bucket map[string]int
+}
+
+// linesInUse returns what the queues of ss with waiters need; s.mu must
+// be held.
+func (ss *session) linesInUse() lineUse {
+	u := lineUse{bucket: make(map[string]int)}
+	for _, q := range ss.queues {
+		if len(q.waiters) == 0 {
 			continue
 		}
-		if o.waiters[0].claim.Global {
-			sole &^= soleGlobal
+		if q.waiters[0].claim.Global {
+			u.global++
 		}
-		if o.line == bid {
-			sole &^= soleBucket
+		if q.line != "" {
+			u.bucket[q.line]++
 		}
+	}
+	return u
+}
+
+// sole returns which of the process's places in lines only q, a queue
+// with waiters, needs (soleGlobal, soleBucket): the global window's, when
+// no other queue with waiters makes global claims; the line of the bucket
+// bid, when no other queue with waiters waits in it.
+func (u lineUse) sole(q *lqueue, bid string) int {
+	global, bucket := u.global, u.bucket[bid]
+	if q.waiters[0].claim.Global {
+		global--
+	}
+	if q.line == bid {
+		bucket--
+	}
+	sole := 0
+	if global == 0 {
+		sole |= soleGlobal
+	}
+	if bucket == 0 {
+		sole |= soleBucket
 	}
 	return sole
 }
@@ -259,6 +287,10 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 		ready = ready[:maxClaims]
 	}
 	glimit := 0
+	var use lineUse
+	if len(ready) > 0 {
+		use = ss.linesInUse()
+	}
 	for _, q := range ready {
 		head := q.waiters[0].claim
 		if head.Global {
@@ -275,7 +307,7 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 		guess := s.guess(key)
 		p.claims = append(p.claims, planned{q: q, head: head, key: key, guess: guess,
 			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until(),
-			sole: ss.sole(q, guessedID(guess, q.key.route, q.key.major))})
+			sole: use.sole(q, guessedID(guess, q.key.route, q.key.major))})
 	}
 	if glimit == 0 {
 		glimit = ss.glimit
@@ -775,10 +807,7 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 		// The script tells that moment as the earliest the rest can be
 		// served (as a wait reply's bound): the waiters that will not
 		// wait so long fail now, not at their deadlines.
-		for _, w := range q.due(&c.head, now, next) {
-			w.err = &store.WaitError{Bucket: hash, Scope: scope, RetryAfter: next.Sub(now), Err: w.err}
-			q.settle(w, failed)
-		}
+		q.failDue(&c.head, now, next, hash, scope, next.Sub(now))
 	}
 }
 
@@ -820,13 +849,11 @@ func (s *Store) waitFor(ss *session, c *planned, r claimReply, now, sent time.Ti
 	if !bound.IsZero() {
 		until = bound
 	}
-	for _, w := range q.due(&c.head, now, until) {
-		w.err = &store.WaitError{Bucket: q.hash, Scope: q.scope, RetryAfter: max(until.Sub(now), 0), Err: w.err}
-		if bound.IsZero() {
-			w.err.(*store.WaitError).RetryAfter = 0
-		}
-		q.settle(w, failed)
+	retry := max(until.Sub(now), 0)
+	if bound.IsZero() {
+		retry = 0
 	}
+	q.failDue(&c.head, now, until, q.hash, q.scope, retry)
 }
 
 // pushed applies a push: the turn of this process in the line name of
@@ -876,10 +903,7 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 				if name == globalLine {
 					scope = store.ScopeGlobal
 				}
-				for _, w := range q.due(nil, now, bound) {
-					w.err = &store.WaitError{Bucket: q.hash, Scope: scope, RetryAfter: at, Err: w.err}
-					q.settle(w, failed)
-				}
+				q.failDue(nil, now, bound, q.hash, scope, at)
 			}
 			waiting = waiting || len(q.waiters) > 0
 		}

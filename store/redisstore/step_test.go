@@ -487,6 +487,17 @@ func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
 		}
 		return err == nil
 	}
+	// waits has B claim with sole, wants a wait of scope, and wants B to
+	// hold a place in the bucket's line and in the window's as told.
+	waits := func(what string, sole, scope int, inBucket, inGlobal bool) {
+		t.Helper()
+		if r := claimSole(sole); r.kind != replyWait || r.scope != scope {
+			t.Fatalf("%s: B's claim = %+v; want a wait of scope %d", what, r, scope)
+		}
+		if b, g := holds(bid), holds(globalLine); b != inBucket || g != inGlobal {
+			t.Fatalf("%s: places in the bucket's line %v, the window's %v; want %v, %v", what, b, g, inBucket, inGlobal)
+		}
+	}
 
 	// A learns the bucket (2 per 10 s) and takes its last slot: the
 	// bucket is spent and the global window (2) full.
@@ -517,18 +528,8 @@ func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
 	if r.kind != replyGrant {
 		t.Fatalf("A's probe of another route = %+v; want a slot", r)
 	}
-	if r := claimSole(soleGlobal); r.kind != replyWait || r.scope != waitGlobal {
-		t.Fatalf("B's claim with the bucket's room and the global window full = %+v; want a wait for the window", r)
-	}
-	if !holds(bid) || !holds(globalLine) {
-		t.Fatalf("B, waiting for the window, another queue of it in the bucket's line: places in the bucket's line %v, the window's %v; want both", holds(bid), holds(globalLine))
-	}
-	if r := claimSole(soleGlobal | soleBucket); r.kind != replyWait || r.scope != waitGlobal {
-		t.Fatalf("B's claim again = %+v; want a wait for the window", r)
-	}
-	if holds(bid) || !holds(globalLine) {
-		t.Fatalf("B, waiting for the window alone: places in the bucket's line %v, the window's %v; want only the window's", holds(bid), holds(globalLine))
-	}
+	waits("the bucket's room, the global window full, another queue of B in the bucket's line", soleGlobal, waitGlobal, true, true)
+	waits("the bucket's room, the global window full, B waiting for the window alone", soleGlobal|soleBucket, waitGlobal, false, true)
 
 	// A's probe answers for the same bucket, spent: B waits for the
 	// bucket again, and gives up its place in the window's line only
@@ -537,16 +538,6 @@ func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
 		a.report(global(a, kindProbe, "", pa2+"1"), store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true,
 			Limit: 2, Remaining: 0, ResetAfter: 10 * time.Second}, a.next())
 	})
-	if r := claimSole(soleBucket); r.kind != replyWait || r.scope != waitUser {
-		t.Fatalf("B's claim on the bucket spent again = %+v; want a wait for the bucket", r)
-	}
-	if !holds(bid) || !holds(globalLine) {
-		t.Fatalf("B, waiting for the bucket, another queue of it in the window's line: places in the bucket's line %v, the window's %v; want both", holds(bid), holds(globalLine))
-	}
-	if r := claimSole(soleGlobal | soleBucket); r.kind != replyWait || r.scope != waitUser {
-		t.Fatalf("B's claim again = %+v; want a wait for the bucket", r)
-	}
-	if !holds(bid) || holds(globalLine) {
-		t.Fatalf("B, waiting for the bucket alone: places in the bucket's line %v, the window's %v; want only the bucket's", holds(bid), holds(globalLine))
-	}
+	waits("the bucket spent again, another queue of B in the window's line", soleBucket, waitUser, true, true)
+	waits("the bucket spent again, B waiting for the bucket alone", soleGlobal|soleBucket, waitUser, true, false)
 }
