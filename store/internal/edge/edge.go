@@ -309,7 +309,12 @@ func (g *Gates) sleep(ctx context.Context, c *store.Claim, done, ch <-chan struc
 // for join, not for leave.
 func (g *Gates) join(line map[uint64]string, route string) (seq uint64, leave func()) {
 	g.seq++
-	seq = g.seq
+	return g.rejoin(line, route, g.seq)
+}
+
+// rejoin puts a claim on route back in line under the arrival number seq
+// it had; see join.
+func (g *Gates) rejoin(line map[uint64]string, route string, seq uint64) (uint64, func()) {
 	line[seq] = route
 	return seq, func() {
 		g.mu.Lock()
@@ -438,24 +443,9 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			return nil, err
 		}
 		if g.Active() {
-			pc := c
-			if maxWait > 0 {
-				pc.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
-			}
-			if err := g.awaitPace(ctx, pc, tk.Probe(), done); err != nil {
+			if r, err = g.pace(ctx, c, maxWait, start, tk, r, done, acquire); err != nil {
 				g.Abandon(tk)
-				r.Recycle()
 				return nil, err
-			}
-			if r.Lapsed() {
-				// The pace outlasted the grant (see
-				// store.Reservation.SendBy): take a fresh one; the pace
-				// is spent.
-				r.Recycle()
-				if r, err = acquire(c); err != nil {
-					g.Abandon(tk)
-					return nil, err
-				}
 			}
 		}
 		held := g.Holds(tk, c.Route)
@@ -480,6 +470,45 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			r.Waited = g.clk.Now().Sub(start)
 		}
 		return r, nil
+	}
+}
+
+// pace holds r, the grant of claim c, until the paces of its route let it
+// go (see awaitPace). A grant the pace outlasted (see
+// store.Reservation.SendBy) is given back and claimed again; when that
+// claim had to wait, the request gives back its turn (unless another
+// request took the next) and goes through the pace again, in the place it
+// had in line: requests let out by the pace and then held by their bucket
+// would go together at the bucket's reset, however far apart the pace let
+// them out. r is recycled when pace fails.
+func (g *Gates) pace(ctx context.Context, c store.Claim, maxWait time.Duration, start time.Time, tk Ticket,
+	r *store.Reservation, done <-chan struct{}, acquire func(store.Claim) (*store.Reservation, error)) (*store.Reservation, error) {
+	var t turn
+	for {
+		pc := c
+		if maxWait > 0 {
+			pc.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
+		}
+		if err := g.awaitTurn(ctx, pc, tk.Probe(), done, &t); err != nil {
+			r.Recycle()
+			return nil, err
+		}
+		if !r.Lapsed() {
+			return r, nil
+		}
+		r.Recycle()
+		let := g.clk.Now()
+		if maxWait > 0 {
+			c.MaxWait = max(maxWait-let.Sub(start), 1)
+		}
+		var err error
+		if r, err = acquire(c); err != nil {
+			return nil, err
+		}
+		if g.clk.Now().Sub(let) <= g.paceSlack(c.Route) {
+			return r, nil
+		}
+		g.giveBack(&t)
 	}
 }
 

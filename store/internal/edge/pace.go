@@ -297,6 +297,24 @@ func (g *Gates) paceOf(key string) time.Duration {
 	return 0
 }
 
+// paceSlack returns how long a request the paces of route let out may
+// still wait before it goes: a twentieth of the shortest of their
+// intervals, half the share of it that the pace keeps back (see
+// paceShare). A request that waited longer after the pace let it out, for
+// a grant claimed again, gives its turn back and goes through the pace
+// again (see Gates.pace).
+func (g *Gates) paceSlack(route string) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var d time.Duration
+	for _, p := range g.paced(route, g.clk.Now()) {
+		if d == 0 || p.every < d {
+			d = p.every
+		}
+	}
+	return d / 20
+}
+
 // paced returns the paces that hold a claim on route; g.mu is held. It
 // forgets the paces whose memory ran out, of every route: a store whose
 // paces are gone takes the fast path again.
@@ -326,6 +344,40 @@ func (g *Gates) paced(route string, now time.Time) []*pace {
 // probes a block. It fails like [Gates.Wait]; the claim's MaxWait counts
 // from now.
 func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <-chan struct{}) error {
+	return g.awaitTurn(ctx, c, probe, done, nil)
+}
+
+// A turn is what letting a claim out took from the paces of its route:
+// how each pace's next turn moved. A claim that does not go after all (its
+// grant lapsed, and the fresh one waited) gives its turn back and waits
+// again in the place it had (seq).
+type turn struct {
+	seq  uint64
+	took []took
+}
+
+type took struct {
+	p             *pace
+	before, after time.Time
+}
+
+// giveBack returns the turn t took to the paces that no other claim took
+// a turn of since.
+func (g *Gates) giveBack(t *turn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, k := range t.took {
+		if k.p.next.Equal(k.after) {
+			k.p.next = k.before
+		}
+	}
+	t.took = t.took[:0]
+	g.broadcast()
+}
+
+// awaitTurn is awaitPace that notes in t, when not nil, the turn it took,
+// and waits in t's place in line when t has one.
+func (g *Gates) awaitTurn(ctx context.Context, c store.Claim, probe bool, done <-chan struct{}, t *turn) error {
 	start := g.clk.Now()
 	maxWait := c.MaxWait
 	g.mu.Lock()
@@ -333,7 +385,16 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 		g.mu.Unlock()
 		return nil
 	}
-	seq, leave := g.join(g.pacing, c.Route)
+	var seq uint64
+	var leave func()
+	if t != nil && t.seq != 0 {
+		seq, leave = g.rejoin(g.pacing, c.Route, t.seq)
+	} else {
+		seq, leave = g.join(g.pacing, c.Route)
+	}
+	if t != nil {
+		t.seq = seq
+	}
 	defer leave()
 	var expired <-chan time.Time
 	for {
@@ -349,8 +410,12 @@ func (g *Gates) awaitPace(ctx context.Context, c store.Claim, probe bool, done <
 					g.recount(p, now)
 				}
 				p.raise(now)
+				before := p.next
 				p.next = later(p.next, now).Add(p.every)
 				p.tried = p.tried || !probe
+				if t != nil {
+					t.took = append(t.took, took{p: p, before: before, after: p.next})
+				}
 			}
 			g.broadcast()
 			g.mu.Unlock()

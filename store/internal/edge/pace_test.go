@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,6 +361,94 @@ func TestPacedGrantIsFresh(t *testing.T) {
 	}
 	if acquired != 3 || l.returned != 2 {
 		t.Fatalf("%d grants taken, %d given back; want 3 and 2 (the first claim's, and the paced claim's lapsed one)", acquired, l.returned)
+	}
+}
+
+// TestPacedGrantClaimedAgainAfterAWaitIsPacedAgain: claims the pace let
+// out on lapsed grants whose fresh grants had to wait (their bucket was
+// full) do not go together when their bucket lets them: one whose turn
+// another claim's followed goes through the pace again, first in line.
+// Requests let out apart and then held by their bucket would otherwise
+// leave together at its reset, and bunch into a window of the edge. A
+// claim whose turn nobody followed gives it back and goes at once.
+func TestPacedGrantClaimedAgainAfterAWaitIsPacedAgain(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 4, 0) // 3.6 per second: one request every 278 ms
+	block(g, route)
+	probePassed(g, route)
+	l := &clockLapser{clk: clk}
+	var mu sync.Mutex
+	calls := map[string]int{}
+	bucket := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
+	acquire := func(c store.Claim) (*store.Reservation, error) {
+		mu.Lock()
+		calls[c.Major]++
+		n := calls[c.Major]
+		mu.Unlock()
+		if n == 2 && c.Major != "" {
+			<-bucket[c.Major] // claimed again: its bucket holds it
+		}
+		r := store.NewReservation(l, c, "", 0, nil, 0)
+		r.SendBy = clk.Now().Add(125 * time.Millisecond)
+		return r, nil
+	}
+	called := func(major string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[major]
+	}
+	ctx := context.Background()
+	first, err := g.Acquire(ctx, store.Claim{Route: route}, clk.Now(), nil, acquire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Cancel()
+	start := clk.Now()
+
+	type result struct {
+		major string
+		at    time.Duration
+		err   error
+	}
+	done := make(chan result, 2)
+	for _, major := range []string{"a", "b"} {
+		go func() {
+			r, err := g.Acquire(ctx, store.Claim{Route: route, Major: major}, clk.Now(), nil, acquire)
+			if err == nil && r.Lapsed() {
+				err = errors.New("lapsed grant")
+			}
+			done <- result{major, clk.Now().Sub(start), err}
+		}()
+		for called(major) == 0 || clk.Timers() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// a's turn at 278 ms: its grant lapsed, the fresh one waits; b's turn
+	// at 556 ms: the same.
+	for _, major := range []string{"a", "b"} {
+		clk.Advance(278 * time.Millisecond)
+		for called(major) < 2 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The bucket's reset lets both go at once.
+	close(bucket["a"])
+	close(bucket["b"])
+	got := <-done
+	if got.err != nil || got.major != "b" || got.at != 556*time.Millisecond {
+		t.Fatalf("first to go: %+v; want b at 556ms, its turn followed by none", got)
+	}
+	select {
+	case got := <-done:
+		t.Fatalf("%+v went together with b; want a paced again", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+	for clk.Timers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(278 * time.Millisecond)
+	if got := <-done; got.err != nil || got.major != "a" || got.at != 834*time.Millisecond {
+		t.Fatalf("second to go: %+v; want a at 834ms, the pace's next turn", got)
 	}
 }
 
