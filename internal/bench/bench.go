@@ -250,6 +250,14 @@ type Scenario struct {
 	// Renames reports that the load renames channels with [Env.Rename]:
 	// the table's footer then says how many renames overtook earlier ones.
 	Renames bool
+	// FixedLoad reports that the scenario's load groups keep their size
+	// whatever the number of workers: with -workers they are split across
+	// the workers, as across processes, rather than run up to
+	// -goroutines goroutines in every worker. A scenario whose emulator
+	// bans after a number of requests into a block sets it: more callers
+	// would have more requests in flight when a block starts than any
+	// client could keep from it.
+	FixedLoad bool
 	// MinDuration, if positive, is how long the scenario runs at least,
 	// whatever [Options].Duration says: a scenario whose first limit
 	// pauses the client for seconds needs longer to show what follows.
@@ -382,7 +390,7 @@ type Options struct {
 	// connection pool, store and ratecord transport) and its own HTTP
 	// transport, as a process would, and runs at most Goroutines (at least
 	// 1) goroutines of every load group, so that the load grows with the
-	// workers.
+	// workers (but see Scenario.FixedLoad).
 	Workers    int
 	Goroutines int
 	// Network is the latency between clients and the emulator, named
@@ -688,6 +696,16 @@ func RunLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	runLoad(ctx, run, sc, lim, url, part, parts, 0, rec)
 }
 
+// perWorker returns how many goroutines a worker of workers of g
+// goroutines runs per load group of the scenario: g, or 0 (split across
+// the workers as across processes) for a FixedLoad.
+func (sc Scenario) perWorker(g int) int {
+	if sc.FixedLoad {
+		return 0
+	}
+	return g
+}
+
 // runLoad runs the load of worker part of parts, a process (perWorker 0)
 // or a goroutine group of at most perWorker goroutines per load group, with
 // a client and an HTTP transport of its own. Every request it sends carries
@@ -709,7 +727,7 @@ func runLoad(ctx context.Context, run string, sc Scenario, lim Limiter, url stri
 	}
 	base := &orderTransport{next: pt, book: &rec.order}
 	c := lim.New(base, cfg)
-	env := &Env{API: url + apiPrefix, Client: c, Part: part, Parts: parts, perWorker: perWorker, rec: rec}
+	env := &Env{API: url + apiPrefix, Client: c, Part: part, Parts: parts, perWorker: sc.perWorker(perWorker), rec: rec}
 	sc.Load(ctx, env)
 	// Closed before the commands are counted: what closing sends is in
 	// the count, as it is in the server's.

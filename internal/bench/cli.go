@@ -65,7 +65,10 @@ func policy(cfg ClientConfig) store.Policy {
 // -procs processes: each has what a process of its own would have (for
 // ratecord-redis its own go-redis client and connection pool, store and
 // ratecord transport; its own HTTP transport) and runs at most -goroutines
-// goroutines of every load group of a scenario, so the load grows with N.
+// goroutines of every load group of a scenario, so the load grows with N;
+// the scenarios whose emulator bans after a number of requests into a
+// block (edge-block, html-429) keep their callers, split across the
+// workers as across processes (see Scenario.FixedLoad).
 //
 // Two flags inject faults into every run. -freeze MIN-MAX (with -procs 2
 // or more) stops one worker process at a time with SIGSTOP for a duration
@@ -85,7 +88,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 		duration  = fs.Duration("duration", 3*time.Second, "how long each scenario runs per limiter (edge-block, html-429, edge-below: at least 20s)")
 		scenario  = fs.String("scenario", SetDefault, "comma-separated scenarios or sets of them: "+SetDefault+" (the default suite), "+SetUnannounced+" (limits no header announces), "+SetThroughput+" (answers that leave the client to find the most it may send), "+SetAll)
 		procs     = fs.Int("procs", 1, "worker processes sharing the load (each with its own memory store, or one Redis with -redis)")
-		workers   = fs.Int("workers", 0, "run `N` workers in this process instead of -procs processes, each with its own clients and store (meant for -redis), each running up to -goroutines goroutines of every load group")
+		workers   = fs.Int("workers", 0, "run `N` workers in this process instead of -procs processes, each with its own clients and store (meant for -redis), each running up to -goroutines goroutines of every load group (edge-block and html-429: their callers split across the workers)")
 		perWorker = fs.Int("goroutines", 4, "with -workers, the most goroutines a worker runs per load group (`G`)")
 		asJSON    = fs.Bool("json", false, "print results as JSON instead of a table")
 		only      = fs.String("limiters", "", "comma-separated limiters to run (default: all)")
@@ -324,7 +327,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 				outage.Server.Addr, outage.Down, outage.runLength(0))
 		}
 		if *workers > 0 {
-			fmt.Fprintf(stdout, "\n%dw: %d workers in this process, each with its own clients, store and HTTP transport, as a process would have, each running up to %d goroutines of every load group.",
+			fmt.Fprintf(stdout, "\n%dw: %d workers in this process, each with its own clients, store and HTTP transport, as a process would have, each running up to %d goroutines of every load group (edge-block and html-429: their callers split across the workers, since their emulator bans after a number of requests into a block).",
 				*workers, *workers, *perWorker)
 		}
 		for _, r := range rows {

@@ -366,6 +366,9 @@ func Unannounced(n discordtest.Network) []Scenario {
 			// The first block pauses for seconds; what a client learned
 			// from it shows after.
 			MinDuration: edgeRun,
+			// Six callers, however many workers: more would have more
+			// than ten requests in flight into the first block.
+			FixedLoad: true,
 		},
 		{
 			// Reactions: the headers claim 200 with a ten-minute reset

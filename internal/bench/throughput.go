@@ -196,6 +196,9 @@ func html429() Scenario {
 		// The first block pauses every route; what a client learned from
 		// it shows after.
 		MinDuration: edgeRun,
+		// Nine callers, however many workers: the ban after 40 requests
+		// into a block counts on it.
+		FixedLoad: true,
 	}
 }
 

@@ -69,6 +69,50 @@ func TestIndexes(t *testing.T) {
 	}
 }
 
+// TestFixedLoadSplitsAcrossWorkers: the load groups of a scenario whose
+// emulator bans after a number of requests into a block keep their size
+// with workers: split across them as across processes, each goroutine run
+// by one worker. Others run up to G goroutines in every worker.
+func TestFixedLoadSplitsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	const workers, g = 4, 4
+	fixed := map[string]bool{}
+	n := discordtest.DiscordNetwork()
+	for _, sc := range slices.Concat(Scenarios(n), Unannounced(n), Throughput(n)) {
+		fixed[sc.Name] = sc.FixedLoad
+	}
+	for _, name := range []string{"edge-block", "html-429"} {
+		if !fixed[name] {
+			t.Errorf("%s: FixedLoad false; want its load groups split across workers", name)
+		}
+	}
+	if fixed["saturate"] {
+		t.Error("saturate: FixedLoad true; want its demand to grow with workers")
+	}
+	for _, tt := range []struct {
+		fixed bool
+		want  int // goroutines in all, of a load group of 6
+	}{{true, 6}, {false, workers * g}} {
+		seen := map[int]int{}
+		for w := range workers {
+			e := &Env{Part: w, Parts: workers, perWorker: Scenario{FixedLoad: tt.fixed}.perWorker(g)}
+			for _, i := range e.indexes(6) {
+				seen[i]++
+			}
+		}
+		total := 0
+		for i, n := range seen {
+			total += n
+			if n != 1 {
+				t.Errorf("FixedLoad %v: goroutine %d run by %d workers; want 1", tt.fixed, i, n)
+			}
+		}
+		if total != tt.want {
+			t.Errorf("FixedLoad %v: %d goroutines of a group of 6 with %d workers of %d; want %d", tt.fixed, total, workers, g, tt.want)
+		}
+	}
+}
+
 func TestProcessTransport(t *testing.T) {
 	t.Parallel()
 	var seen http.Header
