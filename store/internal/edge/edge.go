@@ -483,13 +483,17 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 // them out. r is recycled when pace fails.
 func (g *Gates) pace(ctx context.Context, c store.Claim, maxWait time.Duration, start time.Time, tk Ticket,
 	r *store.Reservation, done <-chan struct{}, acquire func(store.Claim) (*store.Reservation, error)) (*store.Reservation, error) {
+	// left is c with what remains of its maximum wait.
+	left := func() store.Claim {
+		lc := c
+		if maxWait > 0 {
+			lc.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
+		}
+		return lc
+	}
 	var t turn
 	for {
-		pc := c
-		if maxWait > 0 {
-			pc.MaxWait = max(maxWait-g.clk.Now().Sub(start), 1)
-		}
-		if err := g.awaitTurn(ctx, pc, tk.Probe(), done, &t); err != nil {
+		if err := g.awaitTurn(ctx, left(), tk.Probe(), done, &t); err != nil {
 			r.Recycle()
 			return nil, err
 		}
@@ -498,11 +502,8 @@ func (g *Gates) pace(ctx context.Context, c store.Claim, maxWait time.Duration, 
 		}
 		r.Recycle()
 		let := g.clk.Now()
-		if maxWait > 0 {
-			c.MaxWait = max(maxWait-let.Sub(start), 1)
-		}
 		var err error
-		if r, err = acquire(c); err != nil {
+		if r, err = acquire(left()); err != nil {
 			return nil, err
 		}
 		if g.clk.Now().Sub(let) <= g.paceSlack(c.Route) {

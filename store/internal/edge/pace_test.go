@@ -315,15 +315,23 @@ func (l *clockLapser) Settle(_ context.Context, _ *store.Reservation, u store.Up
 
 func (l *clockLapser) Lapsed(r *store.Reservation) bool { return l.clk.Now().After(r.SendBy) }
 
+// pacedLapsing returns gates whose route is paced at 3.6 per second (one
+// request every 278 ms) after a block, and a settler that lapses grants on
+// their clock.
+func pacedLapsing(t *testing.T) (*Gates, *clock.Fake, *clockLapser) {
+	t.Helper()
+	g, clk := newGates(t)
+	pass(g, clk, route, 4, 0)
+	block(g, route)
+	probePassed(g, route)
+	return g, clk, &clockLapser{clk: clk}
+}
+
 // TestPacedGrantIsFresh: a claim whose pace outlasts its grant's life (see
 // store.Reservation.SendBy) gives the grant back and takes a fresh one
 // once the pace lets it go, rather than hand out a grant that lapsed.
 func TestPacedGrantIsFresh(t *testing.T) {
-	g, clk := newGates(t)
-	pass(g, clk, route, 4, 0) // 3.6 per second: one request every 334 ms
-	block(g, route)
-	probePassed(g, route)
-	l := &clockLapser{clk: clk}
+	g, clk, l := pacedLapsing(t)
 	acquired := 0
 	acquire := func(c store.Claim) (*store.Reservation, error) {
 		acquired++
@@ -367,16 +375,13 @@ func TestPacedGrantIsFresh(t *testing.T) {
 // TestPacedGrantClaimedAgainAfterAWaitIsPacedAgain: claims the pace let
 // out on lapsed grants whose fresh grants had to wait (their bucket was
 // full) do not go together when their bucket lets them: one whose turn
-// another claim's followed goes through the pace again, first in line.
+// another claim's followed goes through the pace again, in its place in
+// line.
 // Requests let out apart and then held by their bucket would otherwise
 // leave together at its reset, and bunch into a window of the edge. A
 // claim whose turn nobody followed gives it back and goes at once.
 func TestPacedGrantClaimedAgainAfterAWaitIsPacedAgain(t *testing.T) {
-	g, clk := newGates(t)
-	pass(g, clk, route, 4, 0) // 3.6 per second: one request every 278 ms
-	block(g, route)
-	probePassed(g, route)
-	l := &clockLapser{clk: clk}
+	g, clk, l := pacedLapsing(t)
 	var mu sync.Mutex
 	calls := map[string]int{}
 	bucket := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{})}
