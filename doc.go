@@ -42,7 +42,10 @@
 // slots back one at a time; the store tells it from a fixed one by comparing
 // responses' X-RateLimit-Reset with each other (Discord's clock, never the
 // local one), and counts each request in flight as a whole slot until its
-// response dates it, since Discord counts a request from when it arrives.
+// response dates it, since Discord counts a request from when it arrives,
+// or until the hold after its grant ([store.Policy].GlobalHold), by which
+// it has surely arrived: from then it drains, so a process stopped with
+// requests in flight holds a sliding window no longer than that.
 //
 // A 429 of scope shared limits a resource every client shares, not the
 // bucket: the store holds that resource alone (the request's path on its

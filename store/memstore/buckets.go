@@ -67,9 +67,10 @@ func limitOf(b *bucket) int64 {
 
 func (b *bucket) available(now int64) bool { return b.Available(now) }
 
-// take grants a slot, counting a probe's request against its major.
-func (b *bucket) take(now int64) {
-	b.Take(now)
+// take grants a slot, counting a probe's request against its major; reach
+// is the store's hold (see [model.Bucket.Aged]).
+func (b *bucket) take(now, reach int64) {
+	b.Take(now, reach)
 	if b.Probe {
 		b.c.probes[b.key.major]++
 	}

@@ -429,7 +429,7 @@ func (s *Store) abandon(cr *cred, w *waiter, now int64) {
 // and returns the global window's token, or 0.
 func (s *Store) grant(cr *cred, b *bucket, c *store.Claim, now int64) uint64 {
 	if b != nil {
-		b.take(now)
+		b.take(now, s.hold)
 	}
 	if c.Global {
 		return cr.global.push(now, now+s.hold)
@@ -550,7 +550,7 @@ func (s *Store) pumpBucket(b *bucket, now int64) {
 			break
 		}
 		b.q.pop()
-		b.take(now)
+		b.take(now, s.hold)
 		s.enterGlobal(cr, w, now)
 	}
 	if moved || !b.q.empty() {

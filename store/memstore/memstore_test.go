@@ -529,6 +529,54 @@ func TestSlidingBucketDrips(t *testing.T) {
 	t.Fatalf("no slot came back within 300 ms of a sliding bucket draining one per 100 ms")
 }
 
+// TestSlidingInFlightDrainsOnceArrived: requests in flight on a sliding
+// bucket hold their slots whole only until they have surely reached
+// Discord (the hold after their grant); then they drain like answered
+// ones, whether or not their responses are ever read (a process stopped
+// or starved with requests in flight).
+func TestSlidingInFlightDrainsOnceArrived(t *testing.T) {
+	t.Parallel()
+	s, clk := newFake(t)
+	c := claim("POST /channels/:id/messages", "channels/1")
+	burst(t, s, clk, c, true, []int{0, 1, 2, 3, 4, 5, 6, 7, 8})
+	clk.Advance(2 * time.Second) // drained
+	var out []*store.Reservation
+	var next <-chan result
+	for next == nil && len(out) < 20 {
+		ch := acquireAsync(t, s, c)
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				t.Fatalf("Acquire = %v", r.err)
+			}
+			out = append(out, r.p)
+		case <-time.After(50 * time.Millisecond):
+			next = ch
+		}
+	}
+	if next == nil || len(out) < 2 {
+		t.Fatalf("%d grants on a drained bucket of 10 and no wait; want the bucket filled, then a wait", len(out))
+	}
+	// Never answered, the requests count whole until the hold (250 ms)
+	// has passed: any of them may reach Discord that late.
+	clk.Advance(240 * time.Millisecond)
+	pending(t, next, "request while the requests in flight may not have arrived")
+	// Counted as arrived at 250 ms, they drain one per tau (the longest
+	// the responses showed a slot takes, about 100 ms) from then: the
+	// bucket has a slot once its level is limit-1.
+	s.mu.Lock()
+	tau := time.Duration(s.creds["bot"].buckets[bkey{hash: "h", major: "channels/1"}].Tau()) * time.Microsecond
+	s.mu.Unlock()
+	opens := 250*time.Millisecond + time.Duration(len(out)-9)*tau
+	clk.Advance(opens - 240*time.Millisecond - 5*time.Millisecond)
+	pending(t, next, "request before the arrived requests drained a slot")
+	clk.Advance(10 * time.Millisecond)
+	granted(t, next, "request once the unanswered requests drained a slot")
+	for _, p := range out {
+		update(t, s, p, sent(c, 200))
+	}
+}
+
 func TestFixedBucketDoesNotDrip(t *testing.T) {
 	t.Parallel()
 	order := []int{3, 0, 8, 5, 1, 7, 2, 6, 4}

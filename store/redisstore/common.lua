@@ -55,7 +55,7 @@ local function loadBucket(key, kind)
     local b
     if v then
       b = decode(v)
-      if b.pending > 0 and b.pendingUntil <= now then b.pending = 0 end
+      if b.pending > 0 and b.pendingUntil <= now then b.pending, b.aged = 0, 0 end
     else
       b = newBucket()
     end

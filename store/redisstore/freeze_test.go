@@ -71,3 +71,65 @@ func TestFreezeIsNotAStall(t *testing.T) {
 		t.Errorf("Stats() after a stall of a running process = %+v; want the stall counted and a fallback", st)
 	}
 }
+
+// TestSlidingInFlightOfAStoppedProcess: a process that stops (SIGSTOP, a
+// long pause) with requests in flight on a sliding bucket holds their
+// slots whole only until they have surely reached Discord, the hold after
+// their grant. Then they drain for every other process, as answered ones
+// would, although their responses are not reported until it runs again.
+func TestSlidingInFlightOfAStoppedProcess(t *testing.T) {
+	addr, prefix := redisAddr(t), testPrefix(t)
+	stopped := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix))
+	running := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix))
+	t.Cleanup(func() { stopped.Close(); running.Close() })
+	ctx := t.Context()
+	c := store.Claim{Credential: "cred", Route: "POST /channels/:id/messages", Major: "channels/1"}
+
+	// A bucket of 10 per second that drains one slot per 100 ms: each
+	// response of a burst names a full-again moment 100 ms later.
+	const limit, tau = 10, 100 * time.Millisecond
+	report := func(p *store.Reservation, counted int) {
+		t.Helper()
+		u := store.Update{Sent: true, Status: 200, Bucket: "h", HasLimit: true, Limit: limit, Remaining: limit - counted,
+			ResetAfter: time.Duration(counted)*tau - 10*time.Millisecond}
+		if err := p.Report(ctx, u); err != nil {
+			t.Fatalf("Report: %v", err)
+		}
+	}
+	report(acquire(t, stopped, c, 2*time.Second), 1)
+	var burst []*store.Reservation
+	for range limit - 1 {
+		burst = append(burst, acquire(t, stopped, c, 2*time.Second))
+	}
+	for i, p := range burst {
+		report(p, i+2)
+	}
+	time.Sleep(limit*tau + 200*time.Millisecond) // drained
+
+	// The process fills the bucket, then stops: nothing more reported.
+	var inFlight []*store.Reservation
+	var last time.Time
+	for range 2 * limit {
+		wctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+		p, err := stopped.Acquire(wctx, c)
+		cancel()
+		if err != nil {
+			break
+		}
+		inFlight, last = append(inFlight, p), time.Now()
+	}
+	if len(inFlight) < limit/2 || len(inFlight) >= 2*limit {
+		t.Fatalf("%d grants on a drained bucket of %d; want it filled, then a wait", len(inFlight), limit)
+	}
+
+	p := acquire(t, running, c, 5*time.Second)
+	waited := time.Since(last)
+	t.Logf("%d requests in flight; another process granted %v after the last", len(inFlight), waited)
+	if waited < store.DefaultGlobalHold-50*time.Millisecond {
+		t.Errorf("another process was granted %v after the bucket filled; want no sooner than the hold (%v): the requests in flight may not have arrived before", waited, store.DefaultGlobalHold)
+	}
+	report(p, limit)
+	for _, p := range inFlight {
+		report(p, limit)
+	}
+}

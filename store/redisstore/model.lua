@@ -11,7 +11,8 @@
 local FIELDS = {'known', 'limit', 'remaining', 'resetAt', 'estimated', 'window', 'span', 'offset',
   'pending', 'pause', 'retired', 'unlimited', 'probe', 'sliding', 'evidence', 'instant', 'seenAt',
   'seenRemaining', 'level', 'levelAt', 'tauLo', 'tauHi', 'pendingUntil', 'hold', 'holdLimit', 'heldAt',
-  'serverInstant', 'lineUntil', 'cap', 'capLimit', 'capAt', 'passed', 'carried', 'ended', 'endedInstant'}
+  'serverInstant', 'lineUntil', 'cap', 'capLimit', 'capAt', 'passed', 'carried', 'ended', 'endedInstant', 'aged',
+  'arriveBy'}
 local FLAGS = {known = true, estimated = true, retired = true, unlimited = true, probe = true, sliding = true,
   serverInstant = true}
 
@@ -40,31 +41,31 @@ local function newBucket()
     pending = 0, pause = 0, retired = false, unlimited = false, probe = false, sliding = false, evidence = 0,
     instant = 0, seenAt = 0, seenRemaining = 0, level = 0, levelAt = 0, tauLo = 0, tauHi = 0, pendingUntil = 0,
     hold = 0, holdLimit = 0, heldAt = 0, serverInstant = false, lineUntil = 0, cap = 0, capLimit = 0, capAt = 0,
-    passed = 0, carried = 0, ended = 0, endedInstant = 0}
+    passed = 0, carried = 0, ended = 0, endedInstant = 0, aged = 0, arriveBy = 0}
 end
 
 local CAP_PROBE = 60000
 local CAP_MEMORY = 600000
 local TRUSTED_WINDOW = 1000 -- model.TrustedWindow
 
--- A bucket is kept as 35 little-endian doubles, in FIELDS order (the
+-- A bucket is kept as 37 little-endian doubles, in FIELDS order (the
 -- format is spelled out: a library may not call the string library while
 -- it loads): one
 -- struct.pack, no table of the values on the way (the Lua of Redis is slow
 -- at loops and tables). A value of another length (an older layout) reads
 -- as a new bucket.
-local BUCKET_FORMAT = '<ddddddddddddddddddddddddddddddddddd'
-local BUCKET_SIZE = 8 * 35
+local BUCKET_FORMAT = '<ddddddddddddddddddddddddddddddddddddd'
+local BUCKET_SIZE = 8 * 37
 
 local function decode(v)
   if #v ~= BUCKET_SIZE then return newBucket() end
   local k, l, r, ra, e, w, sp, o, p, pa, ret, un, pr, sl, ev, ins, sa, sr, lv, la, tl, th, pu, ho, hl, ha, si, lu,
-    cp, cl, ca, ps, cr, en, ei = struct.unpack(BUCKET_FORMAT, v)
+    cp, cl, ca, ps, cr, en, ei, ag, ab = struct.unpack(BUCKET_FORMAT, v)
   return {known = k == 1, limit = l, remaining = r, resetAt = ra, estimated = e == 1, window = w, span = sp, offset = o,
     pending = p, pause = pa, retired = ret == 1, unlimited = un == 1, probe = pr == 1, sliding = sl == 1, evidence = ev,
     instant = ins, seenAt = sa, seenRemaining = sr, level = lv, levelAt = la, tauLo = tl, tauHi = th, pendingUntil = pu,
     hold = ho, holdLimit = hl, heldAt = ha, serverInstant = si == 1, lineUntil = lu, cap = cp, capLimit = cl,
-    capAt = ca, passed = ps, carried = cr, ended = en, endedInstant = ei}
+    capAt = ca, passed = ps, carried = cr, ended = en, endedInstant = ei, aged = ag, arriveBy = ab}
 end
 
 local function bit(x)
@@ -76,7 +77,8 @@ local function encode(b)
   return struct.pack(BUCKET_FORMAT, bit(b.known), b.limit, b.remaining, b.resetAt, bit(b.estimated), b.window, b.span,
     b.offset, b.pending, b.pause, bit(b.retired), bit(b.unlimited), bit(b.probe), bit(b.sliding), b.evidence, b.instant,
     b.seenAt, b.seenRemaining, b.level, b.levelAt, b.tauLo, b.tauHi, b.pendingUntil, b.hold, b.holdLimit, b.heldAt,
-    bit(b.serverInstant), b.lineUntil, b.cap, b.capLimit, b.capAt, b.passed, b.carried, b.ended, b.endedInstant)
+    bit(b.serverInstant), b.lineUntil, b.cap, b.capLimit, b.capAt, b.passed, b.carried, b.ended, b.endedInstant,
+    b.aged, b.arriveBy)
 end
 
 local function tau(b)
@@ -90,9 +92,22 @@ local function levelNow(b, t)
   return math.max(0, b.level - ((t - b.levelAt) * 1000) / ta)
 end
 
+-- model.Bucket.age
+local function age(b, t)
+  local n = b.pending - b.aged
+  if n <= 0 or b.arriveBy == 0 or t < b.arriveBy or not b.known or b.unlimited then return end
+  if b.arriveBy >= b.levelAt then
+    b.level = levelNow(b, b.arriveBy) + n
+    b.levelAt = b.arriveBy
+  else
+    b.level = b.level + n
+  end
+  b.aged = b.pending
+end
+
 local function dripFree(b, t)
   local ta = tau(b)
-  return ta > 0 and levelNow(b, t) + b.pending + (b.offset * 1000) / ta + 1 <= b.limit
+  return ta > 0 and levelNow(b, t) + (b.pending - b.aged) + (b.offset * 1000) / ta + 1 <= b.limit
 end
 
 -- dripAt returns when the model next has a slot by the drain alone, and
@@ -100,7 +115,7 @@ end
 -- drain is complete).
 local function dripAt(b)
   local ta = tau(b)
-  local room = b.limit - 1 - (b.offset * 1000) / ta - b.pending
+  local room = b.limit - 1 - (b.offset * 1000) / ta - (b.pending - b.aged)
   local ok = room >= 0
   local excess = b.level - room
   if not ok then excess = b.level end
@@ -108,6 +123,7 @@ local function dripAt(b)
 end
 
 local function available(b, t)
+  age(b, t)
   if t < b.pause or b.retired then return false end
   if b.unlimited then return true end
   if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
@@ -142,6 +158,7 @@ local function perWindow(b)
 end
 
 local function wakeAt(b, t)
+  age(b, t)
   local at = b.pause
   if at > t then return at end
   if b.hold > 0 and not b.unlimited then
@@ -151,6 +168,7 @@ local function wakeAt(b, t)
   if b.known and b.remaining <= 0 and b.sliding then
     local at, ok = dripAt(b)
     if ok then return math.max(at, t + 1) end
+    if b.pending - b.aged > 0 and b.arriveBy > t then return b.arriveBy end
     return 0
   end
   if b.known and b.remaining <= 0 and b.resetAt > t
@@ -160,9 +178,11 @@ local function wakeAt(b, t)
   return 0
 end
 
-local function takeN(b, t, n)
+local function takeN(b, t, n, reach)
   if n <= 0 then return end
+  age(b, t)
   b.pending = b.pending + n
+  b.arriveBy = math.max(b.arriveBy, t + math.max(reach, 0))
   if b.hold > 0 then b.heldAt = math.max(b.heldAt, t) end
   if not b.known or b.unlimited then return end
   b.remaining = b.remaining - n
@@ -172,17 +192,18 @@ local function takeN(b, t, n)
   end
 end
 
-local function take(b, t) takeN(b, t, 1) end
+local function take(b, t, reach) takeN(b, t, 1, reach) end
 
 local function dripRoom(b, t, most)
   local ta = tau(b)
   if ta <= 0 then return 0 end
   local lvl = levelNow(b, t)
   local off = (b.offset * 1000) / ta
+  local flying = b.pending - b.aged
   local function admits(j)
-    return lvl + (b.pending + j) + off + 1 <= b.limit
+    return lvl + (flying + j) + off + 1 <= b.limit
   end
-  local free = math.floor(b.limit - lvl - b.pending - off)
+  local free = math.floor(b.limit - lvl - flying - off)
   local n = 0
   if free > 0 then n = math.min(free, most) end
   while n > 0 and not admits(n - 1) do n = n - 1 end
@@ -202,6 +223,7 @@ end
 
 local function settle(b)
   if b.pending > 0 then b.pending = b.pending - 1 end
+  if b.aged > 0 then b.aged = b.aged - 1 end
 end
 
 local function unanswered(b, t)
@@ -284,6 +306,7 @@ end
 
 -- observe applies headers h = {limit, remaining, resetAfter, offset, reset}.
 local function observe(b, t, h, probes)
+  age(b, t)
   local limit, remaining = h.limit, h.remaining
   local after = h.resetAfter
   if after < 0 then after = math.max(b.window, 1000) end
@@ -409,6 +432,7 @@ local function seed(b, hold)
 end
 
 local function bound(b, t, ahead)
+  age(b, t)
   local at = math.max(t, b.pause)
   if b.hold > 0 and not b.unlimited then
     at = math.max(at, b.heldAt + b.hold * (1 + ahead))

@@ -34,7 +34,7 @@ local function hdr(i) return {limit = a(i), remaining = a(i + 1), resetAfter = a
 local op, res = ARGV[1], 0
 local function flag(x) if x then return 1 end return 0 end
 if op == 'available' then res = flag(available(st, a(1)))
-elseif op == 'take' then take(st, a(1))
+elseif op == 'take' then take(st, a(1), a(2))
 elseif op == 'settle' then settle(st)
 elseif op == 'unanswered' then unanswered(st, a(1))
 elseif op == 'giveBack' then giveBack(st, a(1))
@@ -49,7 +49,7 @@ elseif op == 'bound' then res = bound(st, a(1), a(2))
 elseif op == 'idle' then res = flag(idle(st, a(1)))
 elseif op == 'seed' then seed(st, a(1))
 elseif op == 'room' then res = room(st, a(1), a(2))
-elseif op == 'takeN' then takeN(st, a(1), a(2))
+elseif op == 'takeN' then takeN(st, a(1), a(2), a(3))
 end
 local out = {string.format('%.17g', res)}
 for i, f in ipairs(FIELDS) do
@@ -62,6 +62,10 @@ return out
 
 var harnessScript = redis.NewScript(redisstore.ModelSource + harness)
 
+// testReach is the reach the tests' grants are taken with: the default
+// GlobalHold, in milliseconds.
+const testReach = 250
+
 // op is one model function with its arguments, as both homes take them.
 type op struct {
 	name string
@@ -71,7 +75,7 @@ type op struct {
 func (o op) String() string { return fmt.Sprintf("%s%v", o.name, o.args) }
 
 func opAvailable(now int64) op     { return op{"available", []int64{now}} }
-func opTake(now int64) op          { return op{"take", []int64{now}} }
+func opTake(now int64) op          { return op{"take", []int64{now, testReach}} }
 func opSettle() op                 { return op{"settle", nil} }
 func opGiveBack(now int64) op      { return op{"giveBack", []int64{now}} }
 func opUnanswered(now int64) op    { return op{"unanswered", []int64{now}} }
@@ -80,7 +84,7 @@ func opBound(now, ahead int64) op  { return op{"bound", []int64{now, ahead}} }
 func opIdle(now int64) op          { return op{"idle", []int64{now}} }
 func opSeed(hold int64) op         { return op{"seed", []int64{hold}} }
 func opRoom(now, most int64) op    { return op{"room", []int64{now, most}} }
-func opTakeN(now, n int64) op      { return op{"takeN", []int64{now, n}} }
+func opTakeN(now, n int64) op      { return op{"takeN", []int64{now, n, testReach}} }
 func opShared(now, retry int64) op { return op{"shared", []int64{now, retry}} }
 func opObserve(now, probes int64, h model.Headers) op {
 	return op{"observe", []int64{now, probes, h.Limit, h.Remaining, h.ResetAfter, h.Offset, h.Reset}}
@@ -109,7 +113,7 @@ func (o op) apply(b *model.Bucket) float64 {
 	case "available":
 		return flag(b.Available(a[0]))
 	case "take":
-		b.Take(a[0])
+		b.Take(a[0], a[1])
 	case "settle":
 		b.Settle()
 	case "giveBack":
@@ -138,7 +142,7 @@ func (o op) apply(b *model.Bucket) float64 {
 	case "room":
 		return float64(b.Room(a[0], a[1]))
 	case "takeN":
-		b.TakeN(a[0], a[1])
+		b.TakeN(a[0], a[1], a[2])
 	default:
 		panic("unknown op " + o.name)
 	}
@@ -161,7 +165,7 @@ func fields(b *model.Bucket) []float64 {
 		float64(b.SeenAt), float64(b.SeenRemaining), b.Level, float64(b.LevelAt), float64(b.TauLo),
 		float64(b.TauHi), 0, float64(b.Hold), float64(b.HoldLimit), float64(b.HeldAt), f(b.ServerInstant), 0,
 		float64(b.Cap), float64(b.CapLimit), float64(b.CapAt), float64(b.Passed), float64(b.Carried), float64(b.Ended),
-		float64(b.EndedInstant),
+		float64(b.EndedInstant), float64(b.Aged), float64(b.ArriveBy),
 	}
 }
 
@@ -192,7 +196,8 @@ func runLua(ctx context.Context, t *testing.T, c *redis.Client, st []float64, o 
 var fieldNames = []string{"known", "limit", "remaining", "resetAt", "estimated", "window", "span", "offset",
 	"pending", "pause", "retired", "unlimited", "probe", "sliding", "evidence", "instant", "seenAt",
 	"seenRemaining", "level", "levelAt", "tauLo", "tauHi", "pendingUntil", "hold", "holdLimit", "heldAt",
-	"serverInstant", "lineUntil", "cap", "capLimit", "capAt", "passed", "carried", "ended", "endedInstant"}
+	"serverInstant", "lineUntil", "cap", "capLimit", "capAt", "passed", "carried", "ended", "endedInstant", "aged",
+	"arriveBy"}
 
 // step applies o in both homes, from the same state, and fails t when
 // they disagree on the result or on any field. It returns the Go result.
@@ -525,7 +530,9 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
-			name:  "sliding: a request in flight counts a whole slot until its response dates it",
+			// The reach is 250 ms: a request granted at t0 reaches Discord
+			// by t0 + 250, answered or not.
+			name:  "sliding: a request in flight counts a whole slot until it has surely arrived, then drains",
 			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
 			steps: []op{
 				opTake(t0),
@@ -533,10 +540,31 @@ func TestModelTransitions(t *testing.T) {
 			},
 			checks: []check{
 				{0, opAvailable(t0), 1},
-				{1, opAvailable(t0 + 500), 0}, // the drain alone never frees it: it may arrive late
-				{1, opWakeAt(t0 + 500), 0},    // only its response opens it
-				{3, opAvailable(t0 + 600), 0}, // the response dates it: a slot drains from there
+				{1, opAvailable(t0 + 249), 0},     // it may arrive as late as t0 + 250
+				{1, opWakeAt(t0 + 100), t0 + 250}, // then it drains
+				{1, opAvailable(t0 + 259), 0},     // counted from t0 + 250, one slot and the offset
+				{1, opAvailable(t0 + 260), 1},     // a frozen process's request holds no slot longer
+				{1, opWakeAt(t0 + 250), t0 + 260},
+				{3, opAvailable(t0 + 600), 0}, // its response dates it again: a slot drains from there
 				{3, opWakeAt(t0 + 600), t0 + 610},
+			},
+		},
+		{
+			name:  "sliding: a report settles an aged request first, never leaving one in flight uncounted",
+			start: model.Bucket{Known: true, Limit: 3, Remaining: 0, ResetAt: t0 + 300, Window: 300, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000},
+			steps: []op{
+				opTake(t0),       // arrives by t0 + 250
+				opTake(t0 + 300), // aging the first on the way, in level at t0 + 250; arrives by t0 + 550
+				opSettle(),       // the first's report (or the second's: then the first counts twice a while)
+				opSettle(),
+			},
+			checks: []check{
+				{2, opAvailable(t0 + 300), 1},     // level 0.5 + 1 in flight + 1 <= 3
+				{2, opAvailable(t0 + 549), 1},     // still: the first has drained
+				{3, opAvailable(t0 + 300), 1},     // the second still counts whole
+				{3, opRoom(t0+300, 5), 1},         // and leaves one slot
+				{4, opRoom(t0+300, 5), 2},         // the second answered: its slot is free
+				{2, opBound(t0+300, 0), t0 + 300}, // a slot free now
 			},
 		},
 		{

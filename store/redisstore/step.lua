@@ -654,7 +654,7 @@ local function claim(i, k, a)
   local latest = 0
   if delays then latest = delays[#delays] end
   if kind ~= 2 then
-    takeN(b, now, granted)
+    takeN(b, now, granted, latest + hold)
     b.pendingUntil = math.max(b.pendingUntil, now + latest + pendingTTL)
     saveBucket(B, b, bucketTTL)
     if kind == 1 then

@@ -39,6 +39,17 @@ type Bucket struct {
 	Offset int64
 	// Pending counts granted requests not reported yet.
 	Pending int64
+	// Aged counts the requests of Pending that the leaky-bucket model has
+	// counted in Level already, as having reached Discord at ArriveBy: a
+	// request reaches Discord within the store's reach of its grant (the
+	// policy's GlobalHold: a grant lapses unsent at half of it), so once
+	// ArriveBy has passed, every request in flight has arrived, whether or
+	// not its process, stopped or starved, has read the response. They
+	// drain from then instead of holding their slots whole until reported.
+	// A report settles an aged request first: if it was one granted
+	// since, the model counts one request twice until the other reports,
+	// never one too few.
+	Aged, ArriveBy int64
 	// Carried counts the requests that were in flight when the fixed
 	// window they were granted in ended, at Ended (on the store's clock):
 	// each may still arrive at Discord in the window after it, which keeps
@@ -80,7 +91,8 @@ type Bucket struct {
 	// flight (Pending) counts as one whole slot on top of it until its
 	// response dates it: Discord counts a request from when it arrives,
 	// which may be as late as the response, so a slot that drained from
-	// the grant would let network jitter bunch arrivals at Discord.
+	// the grant would let network jitter bunch arrivals at Discord, or
+	// until it has surely arrived (see Aged).
 	Level   float64
 	LevelAt int64
 	// TauLo and TauHi bound the time one slot takes to drain, in
@@ -150,6 +162,7 @@ const slidingGuard = 20
 // Available reports whether b can grant a slot at now, refilling a fixed
 // window whose reset has passed (see refillable).
 func (b *Bucket) Available(now int64) bool {
+	b.age(now)
 	if now < b.Pause || b.Retired {
 		return false
 	}
@@ -234,11 +247,34 @@ func (b *Bucket) levelNow(now int64) float64 {
 	return max(0, b.Level-float64((now-b.LevelAt)*1000)/float64(tau))
 }
 
+// age counts the requests in flight that have reached Discord by now in
+// the leaky-bucket level, as arrived at ArriveBy (see Aged). Added at
+// ArriveBy, they drain from then; added to a level that a later response
+// set, they drain with it, from then (a bucket that was draining other
+// requests meanwhile may not have drained them yet).
+func (b *Bucket) age(now int64) {
+	n := b.Pending - b.Aged
+	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy || !b.Known || b.Unlimited {
+		return
+	}
+	if b.ArriveBy >= b.LevelAt {
+		b.Level = b.levelNow(b.ArriveBy) + float64(n)
+		b.LevelAt = b.ArriveBy
+	} else {
+		b.Level += float64(n)
+	}
+	b.Aged = b.Pending
+}
+
+// flying is how many requests in flight the leaky-bucket model counts
+// whole on top of its level: those not aged (see Aged).
+func (b *Bucket) flying() int64 { return b.Pending - b.Aged }
+
 // dripFree reports whether the leaky-bucket model has a slot at now, one
 // offset's worth of drain to spare, the requests in flight counted whole.
 func (b *Bucket) dripFree(now int64) bool {
 	tau := b.Tau()
-	return tau > 0 && b.levelNow(now)+float64(b.Pending)+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
+	return tau > 0 && b.levelNow(now)+float64(b.flying())+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
 }
 
 // dripAt returns when the model next has a slot (milliseconds) by the
@@ -247,7 +283,7 @@ func (b *Bucket) dripFree(now int64) bool {
 // returned is when the drain is complete.
 func (b *Bucket) dripAt() (int64, bool) {
 	tau := b.Tau()
-	room := float64(b.Limit) - 1 - float64(b.Offset*1000)/float64(tau) - float64(b.Pending)
+	room := float64(b.Limit) - 1 - float64(b.Offset*1000)/float64(tau) - float64(b.flying())
 	ok := room >= 0
 	excess := b.Level - room
 	if !ok {
@@ -261,6 +297,7 @@ func (b *Bucket) dripAt() (int64, bool) {
 // WakeAt returns when b may become available by the passing of time alone,
 // or 0 when only a response can open it.
 func (b *Bucket) WakeAt(now int64) int64 {
+	b.age(now)
 	at := b.Pause
 	if at > now {
 		return at
@@ -279,6 +316,9 @@ func (b *Bucket) WakeAt(now int64) int64 {
 		if at, ok := b.dripAt(); ok {
 			return max(at, now+1)
 		}
+		if b.flying() > 0 && b.ArriveBy > now {
+			return b.ArriveBy // the requests in flight drain from then
+		}
 		return 0
 	}
 	if b.Known && b.Remaining <= 0 && b.ResetAt > now && (b.Pending == 0 || !b.Estimated && b.perWindow() > b.Pending) {
@@ -288,16 +328,20 @@ func (b *Bucket) WakeAt(now int64) int64 {
 	return 0
 }
 
-// Take grants one slot at now; Available must have said yes.
-func (b *Bucket) Take(now int64) { b.TakeN(now, 1) }
+// Take grants one slot at now; Available must have said yes. reach is
+// the longest, in milliseconds, that its request may take to reach
+// Discord from now (the policy's GlobalHold; see Aged).
+func (b *Bucket) Take(now, reach int64) { b.TakeN(now, 1, reach) }
 
 // TakeN grants n slots at now, as n calls of Take would; Room must have
 // said there are that many.
-func (b *Bucket) TakeN(now, n int64) {
+func (b *Bucket) TakeN(now, n, reach int64) {
 	if n <= 0 {
 		return
 	}
+	b.age(now)
 	b.Pending += n
+	b.ArriveBy = max(b.ArriveBy, now+max(reach, 0))
 	if b.Hold > 0 {
 		b.HeldAt = max(b.HeldAt, now)
 	}
@@ -346,10 +390,11 @@ func (b *Bucket) dripRoom(now, most int64) int64 {
 	}
 	lvl := b.levelNow(now)
 	off := float64(b.Offset*1000) / float64(tau)
+	flying := b.flying()
 	admits := func(j int64) bool {
-		return lvl+float64(b.Pending+j)+off+1 <= float64(b.Limit)
+		return lvl+float64(flying+j)+off+1 <= float64(b.Limit)
 	}
-	free := math.Floor(float64(b.Limit) - lvl - float64(b.Pending) - off)
+	free := math.Floor(float64(b.Limit) - lvl - float64(flying) - off)
 	n := int64(0)
 	if free > 0 {
 		n = int64(min(free, float64(most)))
@@ -363,10 +408,14 @@ func (b *Bucket) dripRoom(now, most int64) int64 {
 	return n
 }
 
-// Settle counts a granted request as answered.
+// Settle counts a granted request as answered, an aged one first (see
+// Aged).
 func (b *Bucket) Settle() {
 	if b.Pending > 0 {
 		b.Pending--
+	}
+	if b.Aged > 0 {
+		b.Aged--
 	}
 }
 
@@ -411,6 +460,7 @@ func (b *Bucket) GiveBack(now int64) {
 // of requests in flight on routes of the same major parameter whose bucket
 // is not known yet: Discord may have counted them in this bucket.
 func (b *Bucket) Observe(now int64, h Headers, probes int64) {
+	b.age(now)
 	limit, remaining := h.Limit, h.Remaining
 	after := h.ResetAfter
 	if after < 0 {
@@ -754,6 +804,7 @@ const TrustedWindow = 1000
 // Bound returns a lower bound of when a new claim on b, with ahead claims
 // queued before it, can be granted (at least now).
 func (b *Bucket) Bound(now, ahead int64) int64 {
+	b.age(now)
 	at := max(now, b.Pause)
 	if b.Hold > 0 && !b.Unlimited {
 		// One at a time, each a hold after the one before.

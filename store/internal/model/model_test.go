@@ -18,7 +18,7 @@ func FuzzObserve(f *testing.F) {
 		step = min(max(step, 0), 1<<30)
 		var b Bucket
 		b.Observe(now, Headers{Limit: limit, Remaining: remaining, ResetAfter: resetAfter, Offset: offset}, probes)
-		b.Take(now)
+		b.Take(now, 250)
 		b.Sliding = sliding
 		b.Limited(now, 500, nil, 0)
 		before := b
@@ -69,6 +69,11 @@ func TestRoomCountsTakes(t *testing.T) {
 						held := b
 						held.Hold, held.HeldAt = 250, now-300
 						cases = append(cases, held)
+						if pending > 0 {
+							arrived := b // its requests in flight have reached Discord (see Aged)
+							arrived.ArriveBy = now - 20
+							cases = append(cases, arrived)
+						}
 					}
 				}
 			}
@@ -83,7 +88,7 @@ func TestRoomCountsTakes(t *testing.T) {
 			loop := b
 			n := int64(0)
 			for n < most && loop.Available(now) {
-				loop.Take(now)
+				loop.Take(now, 250)
 				n++
 			}
 			got := b
@@ -91,7 +96,7 @@ func TestRoomCountsTakes(t *testing.T) {
 				t.Errorf("case %d %+v: Room(now, %d) = %d; Available/Take grant %d", i, b, most, r, n)
 				continue
 			}
-			got.TakeN(now, n)
+			got.TakeN(now, n, 250)
 			if got != loop {
 				t.Errorf("case %d: TakeN(%d) = %+v; %d Takes = %+v", i, n, got, n, loop)
 			}
