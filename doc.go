@@ -43,9 +43,10 @@
 // responses' X-RateLimit-Reset with each other (Discord's clock, never the
 // local one), and counts each request in flight as a whole slot until its
 // response dates it, since Discord counts a request from when it arrives,
-// or until the hold after its grant ([store.Policy].GlobalHold), by which
-// it has surely arrived: from then it drains, so a process stopped with
-// requests in flight holds a sliding window no longer than that.
+// or, unreported, a little past the hold after its grant
+// ([store.Policy].GlobalHold), by which it has surely arrived: then it
+// drains from the hold on, so a process stopped with requests in flight
+// holds a sliding window for half a second, not until it runs again.
 //
 // A 429 of scope shared limits a resource every client shares, not the
 // bucket: the store holds that resource alone (the request's path on its

@@ -558,18 +558,20 @@ func TestSlidingInFlightDrainsOnceArrived(t *testing.T) {
 		t.Fatalf("%d grants on a drained bucket of 10 and no wait; want the bucket filled, then a wait", len(out))
 	}
 	// Never answered, the requests count whole until the hold (250 ms)
-	// has passed: any of them may reach Discord that late.
-	clk.Advance(240 * time.Millisecond)
-	pending(t, next, "request while the requests in flight may not have arrived")
+	// has passed, by when any of them has reached Discord, and the
+	// report slack (250 ms) after it, by when a running process would
+	// have reported them.
+	clk.Advance(490 * time.Millisecond)
+	pending(t, next, "request while the requests in flight may not have arrived, or may yet be reported")
 	// Counted as arrived at 250 ms, they drain one per tau (the longest
 	// the responses showed a slot takes, about 100 ms) from then: the
 	// bucket has a slot once its level is limit-1.
 	s.mu.Lock()
 	tau := time.Duration(s.creds["bot"].buckets[bkey{hash: "h", major: "channels/1"}].Tau()) * time.Microsecond
 	s.mu.Unlock()
-	opens := 250*time.Millisecond + time.Duration(len(out)-9)*tau
-	clk.Advance(opens - 240*time.Millisecond - 5*time.Millisecond)
-	pending(t, next, "request before the arrived requests drained a slot")
+	opens := max(500*time.Millisecond, 250*time.Millisecond+time.Duration(len(out)-9)*tau)
+	clk.Advance(opens - 490*time.Millisecond - 5*time.Millisecond)
+	pending(t, next, "request before the aged requests drained a slot")
 	clk.Advance(10 * time.Millisecond)
 	granted(t, next, "request once the unanswered requests drained a slot")
 	for _, p := range out {

@@ -74,9 +74,11 @@ func TestFreezeIsNotAStall(t *testing.T) {
 
 // TestSlidingInFlightOfAStoppedProcess: a process that stops (SIGSTOP, a
 // long pause) with requests in flight on a sliding bucket holds their
-// slots whole only until they have surely reached Discord, the hold after
-// their grant. Then they drain for every other process, as answered ones
-// would, although their responses are not reported until it runs again.
+// slots whole only until they have surely reached Discord (the hold after
+// their grant) and a running process would have reported them (the
+// model's report slack after that). Then they drain for every other
+// process, from the hold on, as answered ones would, although their
+// responses are not reported until it runs again.
 func TestSlidingInFlightOfAStoppedProcess(t *testing.T) {
 	addr, prefix := redisAddr(t), testPrefix(t)
 	stopped := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix))

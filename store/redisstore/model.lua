@@ -92,10 +92,13 @@ local function levelNow(b, t)
   return math.max(0, b.level - ((t - b.levelAt) * 1000) / ta)
 end
 
+-- model.ReportSlack
+local REPORT_SLACK = 250
+
 -- model.Bucket.age
 local function age(b, t)
   local n = b.pending - b.aged
-  if n <= 0 or b.arriveBy == 0 or t < b.arriveBy or not b.known or b.unlimited then return end
+  if n <= 0 or b.arriveBy == 0 or t < b.arriveBy + REPORT_SLACK or not b.known or b.unlimited then return end
   if b.arriveBy >= b.levelAt then
     b.level = levelNow(b, b.arriveBy) + n
     b.levelAt = b.arriveBy
@@ -168,7 +171,7 @@ local function wakeAt(b, t)
   if b.known and b.remaining <= 0 and b.sliding then
     local at, ok = dripAt(b)
     if ok then return math.max(at, t + 1) end
-    if b.pending - b.aged > 0 and b.arriveBy > t then return b.arriveBy end
+    if b.pending - b.aged > 0 and b.arriveBy > 0 then return b.arriveBy + REPORT_SLACK end
     return 0
   end
   if b.known and b.remaining <= 0 and b.resetAt > t

@@ -531,8 +531,9 @@ func TestModelTransitions(t *testing.T) {
 		},
 		{
 			// The reach is 250 ms: a request granted at t0 reaches Discord
-			// by t0 + 250, answered or not.
-			name:  "sliding: a request in flight counts a whole slot until it has surely arrived, then drains",
+			// by t0 + 250, answered or not; a running process reports its
+			// response within ReportSlack (250 ms) more.
+			name:  "sliding: a request in flight counts a whole slot until it has surely arrived and gone unreported, then drains",
 			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
 			steps: []op{
 				opTake(t0),
@@ -540,13 +541,27 @@ func TestModelTransitions(t *testing.T) {
 			},
 			checks: []check{
 				{0, opAvailable(t0), 1},
-				{1, opAvailable(t0 + 249), 0},     // it may arrive as late as t0 + 250
-				{1, opWakeAt(t0 + 100), t0 + 250}, // then it drains
-				{1, opAvailable(t0 + 259), 0},     // counted from t0 + 250, one slot and the offset
-				{1, opAvailable(t0 + 260), 1},     // a frozen process's request holds no slot longer
-				{1, opWakeAt(t0 + 250), t0 + 260},
+				{1, opAvailable(t0 + 300), 0},     // it may arrive as late as t0 + 250: its response is awaited
+				{1, opAvailable(t0 + 499), 0},     // still
+				{1, opWakeAt(t0 + 100), t0 + 500}, // then it ages, counted as arrived at t0 + 250
+				{1, opAvailable(t0 + 500), 1},     // and has drained: a stopped process's request holds no slot longer
+				{1, opBound(t0+500, 0), t0 + 500},
 				{3, opAvailable(t0 + 600), 0}, // its response dates it again: a slot drains from there
 				{3, opWakeAt(t0 + 600), t0 + 610},
+			},
+		},
+		{
+			name:  "sliding: an aged request drains from when it surely arrived",
+			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, Level: 1, TauLo: 400_000, TauHi: 400_000, Offset: 10},
+			steps: []op{opTake(t0)},
+			checks: []check{
+				// Until it ages, 0 + 1 in flight + the offset's 0.025 + 1 > 2.
+				{1, opAvailable(t0 + 499), 0},
+				{1, opWakeAt(t0 + 300), t0 + 500},
+				// Then level 1 at t0, drained to 0.375 by t0 + 250, plus the
+				// request there: 1.375, drained to 0.75 by t0 + 500, leaves a
+				// slot. (Counted from t0 + 500 it would leave none.)
+				{1, opAvailable(t0 + 500), 1},
 			},
 		},
 		{
@@ -554,26 +569,16 @@ func TestModelTransitions(t *testing.T) {
 			start: model.Bucket{Known: true, Limit: 3, Remaining: 0, ResetAt: t0 + 300, Window: 300, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000},
 			steps: []op{
 				opTake(t0),       // arrives by t0 + 250
-				opTake(t0 + 300), // aging the first on the way, in level at t0 + 250; arrives by t0 + 550
+				opTake(t0 + 600), // aging the first on the way (drained by now); arrives by t0 + 850
 				opSettle(),       // the first's report (or the second's: then the first counts twice a while)
 				opSettle(),
 			},
 			checks: []check{
-				{2, opAvailable(t0 + 300), 1},     // level 0.5 + 1 in flight + 1 <= 3
-				{2, opAvailable(t0 + 549), 1},     // still: the first has drained
-				{3, opAvailable(t0 + 300), 1},     // the second still counts whole
-				{3, opRoom(t0+300, 5), 1},         // and leaves one slot
-				{4, opRoom(t0+300, 5), 2},         // the second answered: its slot is free
-				{2, opBound(t0+300, 0), t0 + 300}, // a slot free now
-			},
-		},
-		{
-			name:  "sliding: a request that got no answer counts from then",
-			start: model.Bucket{Known: true, Limit: 2, Remaining: 0, ResetAt: t0 + 200, Window: 200, Sliding: true, LevelAt: t0, TauLo: 100_000, TauHi: 100_000, Offset: 10},
-			steps: []op{opTake(t0), opUnanswered(t0 + 700)},
-			checks: []check{
-				{2, opAvailable(t0 + 709), 0},
-				{2, opAvailable(t0 + 710), 1},
+				{1, opRoom(t0+300, 5), 2},         // the first counts whole: level 0 + 1 in flight
+				{2, opRoom(t0+600, 5), 2},         // the second counts whole, the first has drained
+				{3, opRoom(t0+600, 5), 2},         // the second still counts whole
+				{4, opRoom(t0+600, 5), 3},         // the second answered: its slot is free
+				{2, opBound(t0+600, 0), t0 + 600}, // a slot free now
 			},
 		},
 		{

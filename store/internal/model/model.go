@@ -46,7 +46,9 @@ type Bucket struct {
 	// ArriveBy has passed, every request in flight has arrived, whether or
 	// not its process, stopped or starved, has read the response. They
 	// drain from then instead of holding their slots whole until reported.
-	// A report settles an aged request first: if it was one granted
+	// This applies only once a running process would have reported them
+	// (ReportSlack after ArriveBy): a response read in time dates its
+	// request more closely than ArriveBy does. A report settles an aged request first: if it was one granted
 	// since, the model counts one request twice until the other reports,
 	// never one too few.
 	Aged, ArriveBy int64
@@ -254,7 +256,7 @@ func (b *Bucket) levelNow(now int64) float64 {
 // requests meanwhile may not have drained them yet).
 func (b *Bucket) age(now int64) {
 	n := b.Pending - b.Aged
-	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy || !b.Known || b.Unlimited {
+	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy+ReportSlack || !b.Known || b.Unlimited {
 		return
 	}
 	if b.ArriveBy >= b.LevelAt {
@@ -265,6 +267,12 @@ func (b *Bucket) age(now int64) {
 	}
 	b.Aged = b.Pending
 }
+
+// ReportSlack is how long after its requests in flight have surely
+// reached Discord (ArriveBy) a bucket waits for their responses before it
+// ages them (see Aged): longer than a running process takes to read and
+// report a response.
+const ReportSlack = 250
 
 // flying is how many requests in flight the leaky-bucket model counts
 // whole on top of its level: those not aged (see Aged).
@@ -316,8 +324,8 @@ func (b *Bucket) WakeAt(now int64) int64 {
 		if at, ok := b.dripAt(); ok {
 			return max(at, now+1)
 		}
-		if b.flying() > 0 && b.ArriveBy > now {
-			return b.ArriveBy // the requests in flight drain from then
+		if b.flying() > 0 && b.ArriveBy > 0 {
+			return b.ArriveBy + ReportSlack // the requests in flight age then
 		}
 		return 0
 	}
