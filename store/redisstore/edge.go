@@ -46,7 +46,7 @@ func (r edgeRemote) Block(ctx context.Context, key string, strike bool, pause, f
 	// request. The note carries the pause, so they need not read, and the
 	// route the block's pace falls on.
 	_ = r.s.client.Publish(ctx, r.s.edgeChannel(), "b\n"+strconv.FormatInt(millis(pause), 10)+"\n"+key+"\n"+paced).Err()
-	v, err := r.run(ctx, "block", key, flag(strike), millis(pause), millis(first), millis(max))
+	v, err := r.run(ctx, "block", key, flag(strike), millis(pause), millis(first), millis(max), paced)
 	if err != nil {
 		return edge.State{}, err
 	}
@@ -162,7 +162,7 @@ func parseEdgeStates(v any) ([]edge.State, error) {
 
 func parseEdgeState(v any) (edge.State, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 4 {
+	if !ok || len(a) != 5 {
 		return edge.State{}, fmt.Errorf("%w: edge state: %T %v", errReply, v, v)
 	}
 	key, ok := a[0].(string)
@@ -175,5 +175,10 @@ func parseEdgeState(v any) (edge.State, error) {
 	if err1 != nil || err2 != nil || err3 != nil {
 		return edge.State{}, fmt.Errorf("%w: edge state %v", errReply, a)
 	}
-	return edge.State{Key: key, Until: time.Duration(until) * time.Millisecond, Probe: time.Duration(probe) * time.Millisecond, Strikes: int(strikes)}, nil
+	paced, ok := a[4].(string)
+	if !ok {
+		return edge.State{}, fmt.Errorf("%w: edge paced route: %T", errReply, a[4])
+	}
+	return edge.State{Key: key, Until: time.Duration(until) * time.Millisecond, Probe: time.Duration(probe) * time.Millisecond,
+		Strikes: int(strikes), Paced: paced}, nil
 }

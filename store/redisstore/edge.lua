@@ -1,11 +1,16 @@
 -- edge: the Cloudflare blocks of a whole store (see store/internal/edge),
 -- shared by its processes. One hash holds them: field = the gate's key (a
 -- route, or '*' for every route), value = "until|probe until|strikes|probe
--- id", times in ms on the script's clock.
+-- id|paced route", times in ms on the script's clock. The paced route of a
+-- gate of every route is the route that met the block, whose pace the
+-- processes learn (see edge.State.Paced): a process that reads the gates,
+-- having missed the note of the block (it subscribed, or subscribed again,
+-- after it), paces that route, not every route.
 --
 -- KEYS: 1 HASH of the gates
 -- ARGV: 1 op: block, probe, pass, release or read; then by op:
 --   block:   2 key  3 strike (0/1)  4 pause (ms)  5 first pause  6 max pause
+--            7 the route that met the block ('' none)
 --   probe:   2 keys (one per line)  3 probe id  4 lease (ms)
 --   pass:    2 keys  3 probe id
 --   release: 2 keys  3 probe id  4 penalty (ms)
@@ -13,7 +18,7 @@
 --   last: clock (ms, 0: Redis TIME)
 -- Reply: block: one state; probe: 1 when granted, else the states of the
 -- gates that hold the keys; pass, release: 0; read: every state. A state is
--- {key, until in ms from now, probe lease left in ms, strikes}.
+-- {key, until in ms from now, probe lease left in ms, strikes, paced route}.
 --
 -- The hash tag is the store's own: only this script touches the key, and
 -- only while a block lasts (or to read the gates when a process starts).
@@ -27,20 +32,21 @@ local function edgeMain()
   local function load(key)
     local v = redis.call('HGET', K, key)
     if not v then return nil end
-    local u, p, s, id = string.match(v, '^(%-?%d+)|(%-?%d+)|(%d+)|(.*)$')
+    -- (A value written before the paced route was kept has none.)
+    local u, p, s, id, paced = string.match(v, '^(%-?%d+)|(%-?%d+)|(%d+)|([^|]*)|?(.*)$')
     if not u then return nil end
-    return {untilAt = tonumber(u), probe = tonumber(p), strikes = tonumber(s), id = id}
+    return {untilAt = tonumber(u), probe = tonumber(p), strikes = tonumber(s), id = id, paced = paced}
   end
 
   local function save(key, g)
-    redis.call('HSET', K, key, g.untilAt .. '|' .. g.probe .. '|' .. g.strikes .. '|' .. g.id)
+    redis.call('HSET', K, key, g.untilAt .. '|' .. g.probe .. '|' .. g.strikes .. '|' .. g.id .. '|' .. g.paced)
     -- A gate lasts until a probe passes; a store that stopped sending
     -- forgets it a day after its pause.
     extend(K, ceil(math.max(g.untilAt, g.probe) - now) + 86400000)
   end
 
   local function state(key, g)
-    return {key, ceil(g.untilAt - now), ceil(g.probe - now), g.strikes}
+    return {key, ceil(g.untilAt - now), ceil(g.probe - now), g.strikes, g.paced}
   end
 
   local function split(s)
@@ -63,8 +69,9 @@ local function edgeMain()
       end
     end
     if not g then
-      g, strike = {untilAt = 0, probe = 0, strikes = 0, id = ''}, true
+      g, strike = {untilAt = 0, probe = 0, strikes = 0, id = '', paced = ''}, true
     end
+    if g.paced == '' and key == '*' then g.paced = ARGV[7] or '' end
     if strike then
       g.strikes = g.strikes + 1
       g.probe, g.id = 0, ''

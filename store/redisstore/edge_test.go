@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -287,6 +288,95 @@ func TestBlockOfEveryRoutePacesItsRouteInEveryProcess(t *testing.T) {
 			t.Errorf("process b, request %d of another route: waited %v; want no pace", i+1, r.Waited)
 		}
 		if err := r.Report(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBlockOfEveryRouteReadFromRedisPacesItsRoute: a process that learns
+// of a block of every route by reading the shared gates, not from the
+// note of the block (it subscribed, or subscribed again, after the note
+// went out), paces the route that met the block, as a process told by
+// the note does: the gate in Redis names it.
+func TestBlockOfEveryRouteReadFromRedisPacesItsRoute(t *testing.T) {
+	addr := redisAddr(t)
+	prefix := testPrefix(t)
+	pol := store.Policy{BlockPause: 300 * time.Millisecond}
+	a := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
+	defer a.Close()
+	defer b.Close()
+	ctx := t.Context()
+	const route, other = "GET /channels/:id/messages", "POST /channels/:id/messages"
+	claim := func(cred, route string) store.Claim {
+		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
+	}
+	send := sender(t)
+	send(a, claim("ban-a", route), store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
+	var routes map[string]string
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); len(routes) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // the block is written in the background
+		if routes, err = a.GateRoutes(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if routes["*"] != route {
+		t.Fatalf("gates in Redis after a block of every route met on %q = %v; want the gate of every route to name it", route, routes)
+	}
+
+	// A gate written before the route was kept reads as naming none.
+	client := newClient(t, addr)
+	if err := client.HSet(ctx, b.EdgeKey(), "*", "99999999999999|0|1|").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if routes, err = b.GateRoutes(ctx); err != nil || routes["*"] != "" {
+		t.Fatalf("gates in Redis holding an older gate = %v, %v; want it read, naming no route", routes, err)
+	}
+	if err := client.Del(ctx, b.EdgeKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Process b has sent six on each route, then reads a block of every
+	// route met on route, with no note of it.
+	for range 6 {
+		send(b, claim("ban-b", route), passed)
+		send(b, claim("ban-b", other), passed)
+	}
+	tm, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := tm.Add(300 * time.Millisecond).UnixMilli()
+	if err := client.HSet(ctx, b.EdgeKey(), "*", fmt.Sprintf("%d|0|1||%s", until, route)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Publish(ctx, b.EdgeChannel(), "1").Err(); err != nil { // read the gates
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for b.BlockedFor(other) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("process b never read the block")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	send(b, claim("ban-b", route), passed) // the probe, after the pause
+	const every, slack = 186 * time.Millisecond, 20 * time.Millisecond
+	last := send(b, claim("ban-b", route), passed)
+	at := send(b, claim("ban-b", route), passed)
+	if gap := at.Sub(last); gap < every-slack {
+		t.Errorf("process b, the route that met the block: %v after the one before; want at least %v", gap, every)
+	}
+	for i := range 3 {
+		r, err := b.Acquire(ctx, claim("ban-b", other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Waited > every/2 {
+			t.Errorf("process b, request %d of another route: waited %v; want no pace", i+1, r.Waited)
+		}
+		if err := r.Report(ctx, passed); err != nil {
 			t.Fatal(err)
 		}
 	}

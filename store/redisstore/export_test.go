@@ -1,6 +1,9 @@
 package redisstore
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ModelSource is the model the scripts share, for the transition tests.
 var ModelSource = modelSource
@@ -46,3 +49,26 @@ const MaxAged = maxAged
 
 // Crowd is the number of sessions beyond which idle sessions end at once.
 const Crowd = crowd
+
+// EdgeKey and EdgeChannel are the key of the Store's shared gates and the
+// channel of their notes.
+func (s *Store) EdgeKey() string     { return s.edgeKey() }
+func (s *Store) EdgeChannel() string { return s.edgeChannel() }
+
+// GateRoutes reads the shared gates from Redis: each gate's key and the
+// route its pace falls on.
+func (s *Store) GateRoutes(ctx context.Context) (map[string]string, error) {
+	v, err := edgeRemote{s}.run(ctx, "read")
+	if err != nil {
+		return nil, err
+	}
+	sts, err := parseEdgeStates(v)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(sts))
+	for _, st := range sts {
+		m[st.Key] = st.Paced
+	}
+	return m, nil
+}
