@@ -43,7 +43,7 @@ const (
 	DefaultLocalShare     = 4
 	DefaultPendingTimeout = 2 * time.Minute
 	DefaultPushWait       = 500 * time.Millisecond
-	DefaultTicketGrace    = 250 * time.Millisecond
+	DefaultTicketGrace    = 100 * time.Millisecond
 	DefaultProbeInterval  = time.Second
 	DefaultMaxBatch       = 64
 	DefaultLease          = 8
@@ -146,7 +146,10 @@ func WithPushWait(d time.Duration) Option {
 // place in a line (its ticket) holds when the process does not claim it
 // (default [DefaultTicketGrace]): a process that stopped, or whose waiters
 // all gave up, keeps the processes behind it waiting at most this long.
-// It should exceed a round trip to Redis. Values <= 0 are ignored.
+// It should exceed a round trip to Redis and the time a running process
+// takes to claim once told its turn came (a few milliseconds): a holder
+// that has not claimed by then has most likely stopped, and every process
+// behind it waits for it. Values <= 0 are ignored.
 func WithTicketGrace(d time.Duration) Option {
 	return optionFunc(func(s *Store) {
 		if d > 0 {
