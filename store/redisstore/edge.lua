@@ -71,7 +71,7 @@ local function edgeMain()
     if not g then
       g, strike = {untilAt = 0, probe = 0, strikes = 0, id = '', paced = ''}, true
     end
-    if g.paced == '' and key == '*' then g.paced = ARGV[7] or '' end
+    if g.paced == '' and key == '*' then g.paced = ARGV[7] end
     if strike then
       g.strikes = g.strikes + 1
       g.probe, g.id = 0, ''

@@ -39,18 +39,18 @@ type Bucket struct {
 	Offset int64
 	// Pending counts granted requests not reported yet.
 	Pending int64
-	// Aged counts the requests of Pending that the leaky-bucket model has
-	// counted in Level already, as having reached Discord at ArriveBy: a
-	// request reaches Discord within the store's reach of its grant (the
-	// policy's GlobalHold: a grant lapses unsent at half of it), so once
-	// ArriveBy has passed, every request in flight has arrived, whether or
-	// not its process, stopped or starved, has read the response. They
-	// drain from then instead of holding their slots whole until reported.
-	// This applies only once a running process would have reported them
-	// (ReportSlack after ArriveBy): a response read in time dates its
-	// request more closely than ArriveBy does. A report settles an aged request first: if it was one granted
-	// since, the model counts one request twice until the other reports,
-	// never one too few.
+	// ArriveBy is when the requests in flight have reached Discord at the
+	// latest: the last grant plus the store's reach (the policy's
+	// GlobalHold: a grant lapses unsent at half of it), whether or not
+	// their process, stopped or starved, reads their responses. Aged
+	// counts the requests of Pending that the leaky-bucket model has
+	// counted in Level already, as arrived at ArriveBy: left unreported
+	// ReportSlack past it, when a running process would have reported
+	// them, they drain from ArriveBy on instead of holding their slots
+	// whole until reported. (A response read in time dates its request
+	// more closely than ArriveBy does.) A report settles an aged request
+	// first: if it was one granted since, the model counts one request
+	// twice until the other reports, never one too few.
 	Aged, ArriveBy int64
 	// Carried counts the requests that were in flight when the fixed
 	// window they were granted in ended, at Ended (on the store's clock):
@@ -249,11 +249,11 @@ func (b *Bucket) levelNow(now int64) float64 {
 	return max(0, b.Level-float64((now-b.LevelAt)*1000)/float64(tau))
 }
 
-// age counts the requests in flight that have reached Discord by now in
-// the leaky-bucket level, as arrived at ArriveBy (see Aged). Added at
-// ArriveBy, they drain from then; added to a level that a later response
-// set, they drain with it, from then (a bucket that was draining other
-// requests meanwhile may not have drained them yet).
+// age counts the requests in flight left unreported ReportSlack past
+// ArriveBy in the leaky-bucket level, as arrived at ArriveBy (see Aged).
+// Added at ArriveBy, they drain from then; added to a level that a later
+// response set, they drain with it, from then (a bucket that was draining
+// other requests meanwhile may not have drained them yet).
 func (b *Bucket) age(now int64) {
 	n := b.Pending - b.Aged
 	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy+ReportSlack || !b.Known || b.Unlimited {
@@ -279,7 +279,8 @@ const ReportSlack = 250
 func (b *Bucket) flying() int64 { return b.Pending - b.Aged }
 
 // dripFree reports whether the leaky-bucket model has a slot at now, one
-// offset's worth of drain to spare, the requests in flight counted whole.
+// offset's worth of drain to spare, the requests in flight not aged
+// counted whole.
 func (b *Bucket) dripFree(now int64) bool {
 	tau := b.Tau()
 	return tau > 0 && b.levelNow(now)+float64(b.flying())+float64(b.Offset*1000)/float64(tau)+1 <= float64(b.Limit)
