@@ -531,9 +531,10 @@ func TestSlidingBucketDrips(t *testing.T) {
 
 // TestSlidingInFlightDrainsOnceArrived: requests in flight on a sliding
 // bucket hold their slots whole only until they have surely reached
-// Discord (the hold after their grant); then they drain like answered
-// ones, whether or not their responses are ever read (a process stopped
-// or starved with requests in flight).
+// Discord (the hold after their grant) and a running process would have
+// reported them (the report slack after that); then they drain like
+// answered ones, from the hold on, whether or not their responses are
+// ever read (a process stopped or starved with requests in flight).
 func TestSlidingInFlightDrainsOnceArrived(t *testing.T) {
 	t.Parallel()
 	s, clk := newFake(t)

@@ -43,13 +43,7 @@ func TestBlockAcrossProcesses(t *testing.T) {
 	}
 
 	// Within a moment, b holds the route too.
-	deadline := time.Now().Add(2 * time.Second)
-	for b.BlockedFor(route) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("process b never learned of the block process a met")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitBlocked(t, route, "process b never learned of the block process a met", b)
 	nowait := cb
 	nowait.NoWait = true
 	if _, err := b.Acquire(ctx, nowait); !errors.Is(err, store.ErrWaitTooLong) {
@@ -176,6 +170,59 @@ func sender(t *testing.T) func(s *redisstore.Store, c store.Claim, u store.Updat
 	}
 }
 
+// A process that sent six requests in the second before a block goes at
+// nine tenths of that after it: 5.4 per second, one every pacedEvery
+// (less paceSlack for the timers).
+const pacedEvery, paceSlack = 186 * time.Millisecond, 20 * time.Millisecond
+
+// awaitBlocked waits until each of ss holds route back (it learned of a
+// block) and fails t, saying what did not happen, after two seconds.
+func awaitBlocked(t *testing.T, route, what string, ss ...*redisstore.Store) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for _, s := range ss {
+		for s.BlockedFor(route) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// checkPaced sends c through s n+1 times and fails t when one of the last
+// n left sooner than the pace after the one before; what names them.
+func checkPaced(t *testing.T, s *redisstore.Store, c store.Claim, n int, what string) {
+	t.Helper()
+	send := sender(t)
+	last := send(s, c, passed)
+	for i := range n {
+		at := send(s, c, passed)
+		if gap := at.Sub(last); gap < pacedEvery-paceSlack {
+			t.Errorf("%s, request %d: %v after the one before; want at least %v", what, i+2, gap, pacedEvery)
+		}
+		last = at
+	}
+}
+
+// checkNotPaced sends c through s n times and fails t when one waited as
+// a pace would have it; what names them.
+func checkNotPaced(t *testing.T, s *redisstore.Store, c store.Claim, n int, what string) {
+	t.Helper()
+	for i := range n {
+		r, err := s.Acquire(t.Context(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Waited > pacedEvery/2 {
+			t.Errorf("%s, request %d: waited %v; want no pace", what, i+1, r.Waited)
+		}
+		if err := r.Report(t.Context(), passed); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestBlockPacesEveryProcess: a block one process meets paces, in each
 // process sharing the store, what that process sent: a process that sent
 // six requests in the second before goes at nine tenths of that (5.4 per
@@ -206,35 +253,10 @@ func TestBlockPacesEveryProcess(t *testing.T) {
 		send(b, claim("pace-b"), ok)
 	}
 	send(a, claim("pace-a"), store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked})
-	deadline := time.Now().Add(2 * time.Second)
-	for b.BlockedFor(route) == 0 || idle.BlockedFor(route) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other processes never learned of the block")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitBlocked(t, route, "the other processes never learned of the block", b, idle)
 	send(a, claim("pace-a"), ok) // the probe, after the pause
-	const every, slack = 186 * time.Millisecond, 20 * time.Millisecond
-	last := send(b, claim("pace-b"), ok)
-	for i := range 3 {
-		at := send(b, claim("pace-b"), ok)
-		if gap := at.Sub(last); gap < every-slack {
-			t.Errorf("process b, request %d after the block: %v after the one before; want at least %v", i+2, gap, every)
-		}
-		last = at
-	}
-	for i := range 3 {
-		r, err := idle.Acquire(ctx, claim("pace-c"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Waited > every/2 {
-			t.Errorf("the process that sent nothing, request %d after the block: waited %v; want no pace", i+1, r.Waited)
-		}
-		if err := r.Report(ctx, ok); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkPaced(t, b, claim("pace-b"), 3, "process b after the block")
+	checkNotPaced(t, idle, claim("pace-c"), 3, "the process that sent nothing, after the block")
 }
 
 // TestBlockOfEveryRoutePacesItsRouteInEveryProcess: a block of every
@@ -249,7 +271,6 @@ func TestBlockOfEveryRoutePacesItsRouteInEveryProcess(t *testing.T) {
 	b := redisstore.New(newClient(t, addr), redisstore.WithPrefix(prefix), redisstore.WithPolicy(pol))
 	defer a.Close()
 	defer b.Close()
-	ctx := t.Context()
 	const route, other = "GET /channels/:id/messages", "POST /channels/:id/messages"
 	claim := func(cred, route string) store.Claim {
 		return store.Claim{Credential: cred, Route: route, Major: "channels/1"}
@@ -260,37 +281,12 @@ func TestBlockOfEveryRoutePacesItsRouteInEveryProcess(t *testing.T) {
 		send(b, claim("ban-b", other), ok)
 	}
 	send(a, claim("ban-a", route), store.Update{Sent: true, Status: 429, Scope: store.ScopeBlocked, Ban: true})
-	deadline := time.Now().Add(2 * time.Second)
-	for b.BlockedFor(other) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the other process never learned of the block")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitBlocked(t, other, "the other process never learned of the block", b)
 	send(a, claim("ban-a", route), ok) // the probe, after the pause
 	// Six passed in b on each route: the route that met the block goes at
 	// 5.4 per second, the other route at once.
-	const every, slack = 186 * time.Millisecond, 20 * time.Millisecond
-	last := send(b, claim("ban-b", route), ok)
-	for i := range 2 {
-		at := send(b, claim("ban-b", route), ok)
-		if gap := at.Sub(last); gap < every-slack {
-			t.Errorf("process b, request %d of the route that met the block: %v after the one before; want at least %v", i+2, gap, every)
-		}
-		last = at
-	}
-	for i := range 3 {
-		r, err := b.Acquire(ctx, claim("ban-b", other))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Waited > every/2 {
-			t.Errorf("process b, request %d of another route: waited %v; want no pace", i+1, r.Waited)
-		}
-		if err := r.Report(ctx, ok); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkPaced(t, b, claim("ban-b", route), 2, "process b, the route that met the block")
+	checkNotPaced(t, b, claim("ban-b", other), 3, "process b, another route")
 }
 
 // TestBlockOfEveryRouteReadFromRedisPacesItsRoute: a process that learns
@@ -354,32 +350,10 @@ func TestBlockOfEveryRouteReadFromRedisPacesItsRoute(t *testing.T) {
 	if err := client.Publish(ctx, b.EdgeChannel(), "1").Err(); err != nil { // read the gates
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for b.BlockedFor(other) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("process b never read the block")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitBlocked(t, other, "process b never read the block", b)
 	send(b, claim("ban-b", route), passed) // the probe, after the pause
-	const every, slack = 186 * time.Millisecond, 20 * time.Millisecond
-	last := send(b, claim("ban-b", route), passed)
-	at := send(b, claim("ban-b", route), passed)
-	if gap := at.Sub(last); gap < every-slack {
-		t.Errorf("process b, the route that met the block: %v after the one before; want at least %v", gap, every)
-	}
-	for i := range 3 {
-		r, err := b.Acquire(ctx, claim("ban-b", other))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Waited > every/2 {
-			t.Errorf("process b, request %d of another route: waited %v; want no pace", i+1, r.Waited)
-		}
-		if err := r.Report(ctx, passed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	checkPaced(t, b, claim("ban-b", route), 1, "process b, the route that met the block")
+	checkNotPaced(t, b, claim("ban-b", other), 3, "process b, another route")
 }
 
 // TestSharedResourceAcrossProcesses: a 429 of scope shared that one
