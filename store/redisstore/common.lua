@@ -321,15 +321,28 @@ local function lineOthers(line, id)
   return line.n > mine
 end
 
+-- ORDER_STEP is how far behind the last ticket of its lane a new place
+-- goes when that ticket took its place in the same millisecond or later.
+local ORDER_STEP = 1 / 256
+
 -- lineJoin gives the ticket id (see owner) want slots until expiry, in
 -- the urgent lane or not. A ticket keeps its place unless it goes to the
--- back (again: it was served in part); a new place is at now.
+-- back (again: it was served in part). A new place is at now, and behind
+-- every ticket of its lane, even one that took its place in the same
+-- millisecond: a claim is told its wait as if it stood at the back
+-- (lineAhead), and the line keeps that order. (Ordered by the millisecond
+-- alone, two processes that joined in one were ordered by their ids: the
+-- one told it came first could find itself second at its turn, and both
+-- then waited a window more.) The order is written in full: Redis would
+-- round a number to 14 digits, a tenth of a millisecond.
 local function lineJoin(line, id, want, expiry, urgent, again)
   local p = line.pos[id] or line.rank[id]
   if not p or again then
-    local order = now
-    if urgent then order = now - URGENT end
-    redis.call('ZADD', line.L, order, id)
+    local order, top = now, '+inf'
+    if urgent then order, top = now - URGENT, '(' .. string.format('%.0f', now - URGENT / 2) end
+    local last = redis.call('ZREVRANGEBYSCORE', line.L, top, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if last[2] then order = math.max(order, tonumber(last[2]) + ORDER_STEP) end
+    redis.call('ZADD', line.L, string.format('%.6f', order), id)
   end
   local lane = '0'
   if urgent then lane = '1' end
