@@ -460,6 +460,13 @@ func hotRetry() Scenario {
 	}
 }
 
+// hookOf returns the webhook, of hooks, that goroutine g of a webhook load
+// sends to: two goroutines in a row share one. Goroutine g runs in process
+// g mod procs, so each webhook has senders in two processes (with two or
+// more), and a process that stops running (-freeze) leaves its webhooks to
+// the other, as a bot's processes share its webhooks.
+func hookOf(g, hooks int) int { return g / 2 % hooks }
+
 // mixed is the traffic of one bot token, under its global limit of 50 per
 // second: messages to 200 channels (5 per second each, 1,000 together, so
 // the global limit binds), reactions on 3 messages (1 per 250 ms each),
@@ -470,13 +477,6 @@ func hotRetry() Scenario {
 // should then refuse at once (ratecord.ErrWebhookGone) rather than send.
 // Every limit is announced by headers: the bot's global second plus the
 // webhooks' windows bound the 2xx.
-// hookOf returns the webhook, of hooks, that goroutine g of a webhook load
-// sends to: two goroutines in a row share one. Goroutine g runs in process
-// g mod procs, so each webhook has senders in two processes (with two or
-// more), and a process that stops running (-freeze) leaves its webhooks to
-// the other, as a bot's processes share its webhooks.
-func hookOf(g, hooks int) int { return g / 2 % hooks }
-
 func mixed() Scenario {
 	const (
 		channels            = 200

@@ -367,7 +367,7 @@ func TestStepTellsOnlyHoldersAhead(t *testing.T) {
 // told it was first could find itself second when its turn came: it was
 // told to wait a window more, and so was the other, behind it, and the
 // bucket's next window went unused (headers that overstate a limit, at 4
-// processes: one window in three lost in half the runs).
+// processes: one window in three lost in 4 of 20 runs).
 func TestStepLineKeepsTheOrderItTells(t *testing.T) {
 	a := newStepper(t, "order")
 	now := time.Now()
