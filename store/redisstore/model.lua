@@ -95,9 +95,12 @@ end
 -- model.ReportSlack
 local REPORT_SLACK = 250
 
+-- model.Bucket.flying
+local function flying(b) return b.pending - b.aged end
+
 -- model.Bucket.age
 local function age(b, t)
-  local n = b.pending - b.aged
+  local n = flying(b)
   if n <= 0 or b.arriveBy == 0 or t < b.arriveBy + REPORT_SLACK or not b.known or b.unlimited then return end
   if b.arriveBy >= b.levelAt then
     b.level = levelNow(b, b.arriveBy) + n
@@ -110,7 +113,7 @@ end
 
 local function dripFree(b, t)
   local ta = tau(b)
-  return ta > 0 and levelNow(b, t) + (b.pending - b.aged) + (b.offset * 1000) / ta + 1 <= b.limit
+  return ta > 0 and levelNow(b, t) + flying(b) + (b.offset * 1000) / ta + 1 <= b.limit
 end
 
 -- dripAt returns when the model next has a slot by the drain alone, and
@@ -118,7 +121,7 @@ end
 -- drain is complete).
 local function dripAt(b)
   local ta = tau(b)
-  local room = b.limit - 1 - (b.offset * 1000) / ta - (b.pending - b.aged)
+  local room = b.limit - 1 - (b.offset * 1000) / ta - flying(b)
   local ok = room >= 0
   local excess = b.level - room
   if not ok then excess = b.level end
@@ -171,7 +174,7 @@ local function wakeAt(b, t)
   if b.known and b.remaining <= 0 and b.sliding then
     local at, ok = dripAt(b)
     if ok then return math.max(at, t + 1) end
-    if b.pending - b.aged > 0 and b.arriveBy > 0 then return b.arriveBy + REPORT_SLACK end
+    if flying(b) > 0 and b.arriveBy > 0 then return b.arriveBy + REPORT_SLACK end
     return 0
   end
   if b.known and b.remaining <= 0 and b.resetAt > t
@@ -202,11 +205,11 @@ local function dripRoom(b, t, most)
   if ta <= 0 then return 0 end
   local lvl = levelNow(b, t)
   local off = (b.offset * 1000) / ta
-  local flying = b.pending - b.aged
+  local fl = flying(b)
   local function admits(j)
-    return lvl + (flying + j) + off + 1 <= b.limit
+    return lvl + (fl + j) + off + 1 <= b.limit
   end
-  local free = math.floor(b.limit - lvl - flying - off)
+  local free = math.floor(b.limit - lvl - fl - off)
   local n = 0
   if free > 0 then n = math.min(free, most) end
   while n > 0 and not admits(n - 1) do n = n - 1 end

@@ -255,7 +255,7 @@ func (b *Bucket) levelNow(now int64) float64 {
 // response set, they drain with it, from then (a bucket that was draining
 // other requests meanwhile may not have drained them yet).
 func (b *Bucket) age(now int64) {
-	n := b.Pending - b.Aged
+	n := b.flying()
 	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy+ReportSlack || !b.Known || b.Unlimited {
 		return
 	}
