@@ -683,9 +683,12 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		return nil
 	}
 	if granted != nil {
-		if u.Status == 0 {
+		switch {
+		case u.Status == 0:
 			granted.unanswered(now)
-		} else {
+		case model.Uncounted(int64(u.Status), string(u.Scope), u.HasLimit):
+			granted.giveBack(now)
+		default:
 			granted.settle()
 		}
 	}
@@ -721,6 +724,9 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 			// No wait: the gates hold the resource alone (edge.Gates.Settle).
 			if target != nil && u.RetryAfter > 0 {
 				target.Shared(now, retry)
+			}
+			if target != nil && u.HasLimit {
+				target.Observe(now, h, probes)
 			}
 		case target != nil && c.Kind != "" && u.Scope == store.ScopeUser && u.HasLimit &&
 			model.HiddenSublimit(retry, h.ResetAfter, offset, h.Remaining) && cr.holdSublimit(c, now, retry):

@@ -474,6 +474,12 @@ local function credLimited(c, t, scope, retry)
   return true
 end
 
+-- uncounted: a shared 429 with its bucket's headers did not count in the
+-- bucket (see model.Uncounted).
+local function uncounted(status, scope, hasLimit)
+  return status == 429 and scope == 'shared' and hasLimit
+end
+
 local function invalid(status, scope)
   return status == 401 or status == 403 or (status == 429 and scope ~= 'shared')
 end

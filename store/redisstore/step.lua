@@ -258,7 +258,13 @@ local function update(k, a)
   end
   if gb then
     if gkind == 1 and gb.pending > 0 then unprobe(majorDigest) end
-    if status == 0 then unanswered(gb, t) else settle(gb) end
+    if status == 0 then
+      unanswered(gb, t)
+    elseif uncounted(status, scope, hasLimit) then
+      giveBack(gb, now)
+    else
+      settle(gb)
+    end
   end
 
   -- What the response teaches about the route.
@@ -315,6 +321,7 @@ local function update(k, a)
     elseif scope == 'shared' then
       -- No wait: the process holds the resource alone (edge.Gates).
       if target and retry > 0 then shared(target, t, retry) end
+      if target and h then observe(target, t, h, probes) end
     elseif target and kindName ~= '' and scope == 'user' and h and hiddenSublimit(retry, h.resetAfter, h.offset, h.remaining) then
       -- A hidden sublimit of the request's kind: only its kind waits; the
       -- bucket follows its headers.

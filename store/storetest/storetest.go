@@ -80,6 +80,7 @@ func cases() []testCase {
 		{name: "HiddenSublimit", policy: store.Policy{ResetOffset: 10 * time.Millisecond}, run: testHiddenSublimit},
 		{name: "KindOneAtATime", run: testKindOneAtATime},
 		{name: "Shared429", run: testShared429},
+		{name: "Shared429Uncounted", run: testShared429Uncounted},
 		{name: "Blocked429", run: testBlocked429},
 		{name: "BlockedBan", run: testBlockedBan},
 		{name: "BlockPaces", serial: true, run: testBlockPaces},
@@ -1229,6 +1230,26 @@ func testShared429(h *harness) {
 	// The shared 429 did not touch the counter: 2 of the 3 are left.
 	h.acquireNow(c)
 	h.acquireNow(c)
+	h.mustWait(c, watch)
+}
+
+// testShared429Uncounted: a shared 429 whose headers show that the bucket
+// did not count its request (Remaining as before it) gives its slot back:
+// the busy resource waits, and the bucket's other requests have its whole
+// count. Headers that did count it would have said so, and a count is
+// never raised by headers.
+func testShared429Uncounted(h *harness) {
+	c := claim(h.cred("a"), routeCreate, major1)
+	h.learn(c, "h", 5, 4, far)
+	busy := c
+	busy.Path = "/channels/1/messages/2/reactions/x/@me"
+	p := h.acquireNow(busy) // 3 left, as far as the store knows
+	u := limits(busy, "h", 5, 4, far)
+	u.Status, u.Scope, u.RetryAfter = 429, store.ScopeShared, far
+	h.update(p, u)
+	for range 4 {
+		h.acquireNow(c)
+	}
 	h.mustWait(c, watch)
 }
 

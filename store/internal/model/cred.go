@@ -41,6 +41,16 @@ func Invalid(status int64, scope string) bool {
 	return status == 401 || status == 403 || status == 429 && scope != ScopeShared
 }
 
+// Uncounted reports whether a response shows that its bucket did not count
+// its request: a 429 of scope shared limits one resource for everyone, not
+// the route, and Discord answers it with the bucket's headers as they were
+// (their Remaining can be above 0). Its slot goes back; the headers, which
+// only ever lower the count, then say what the bucket did count. A shared
+// 429 without headers keeps its slot.
+func Uncounted(status int64, scope string, hasLimit bool) bool {
+	return status == 429 && scope == ScopeShared && hasLimit
+}
+
 // Cooldowns say what a response puts on cooldown.
 const (
 	CooldownNone       = 0
