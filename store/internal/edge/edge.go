@@ -125,9 +125,10 @@ type Gates struct {
 	// paceSweep is when the next pace runs out (zero: none).
 	paceSweep time.Time
 
-	// shared holds the resources that 429s of scope shared hold (see
-	// Resource): digest -> until. sharedOn reports that it is not empty.
-	shared   map[uint64]time.Time
+	// shared is what 429s of scope shared taught of each resource they
+	// held (see Resource), by digest. sharedOn reports that it is not
+	// empty.
+	shared   map[uint64]*resource
 	sharedOn atomic.Bool
 	offset   time.Duration // added to the waits of shared 429s
 }
@@ -417,12 +418,14 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 	}
 	var res uint64 // the claim's resource, named once a shared 429 holds any
 	for {
+		var place *mark // the claim's place among its resource's requests in flight
 		if g.sharedOn.Load() {
 			gated = true
 			if res == 0 {
 				res = Resource(&c)
 			}
-			if err := g.awaitResource(ctx, &c, res, start, done); err != nil {
+			var err error
+			if place, err = g.awaitResource(ctx, &c, res, start, done); err != nil {
 				return nil, err
 			}
 		}
@@ -431,6 +434,7 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			gated = true
 			var err error
 			if tk, err = g.Wait(ctx, &c, start, done); err != nil {
+				g.dropResource(res, place)
 				return nil, err
 			}
 		}
@@ -440,11 +444,13 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 		r, err := acquire(c)
 		if err != nil {
 			g.Abandon(tk)
+			g.dropResource(res, place)
 			return nil, err
 		}
 		if g.Active() {
 			if r, err = g.pace(ctx, c, maxWait, start, tk, r, done, acquire); err != nil {
 				g.Abandon(tk)
+				g.dropResource(res, place)
 				return nil, err
 			}
 		}
@@ -453,9 +459,11 @@ func (g *Gates) Acquire(ctx context.Context, c store.Claim, start time.Time, don
 			if res == 0 {
 				res = Resource(&c)
 			}
-			if held = g.resourceHeld(res); held {
+			if held = !g.takeResource(res, place, r); held {
 				g.Abandon(tk) // the next in line probes
 			}
+		} else if held {
+			g.dropResource(res, place)
 		}
 		if held {
 			// A block came while the claim waited for its bucket, or a
@@ -542,8 +550,12 @@ func (g *Gates) release(keys []string, id string, penalty time.Duration) {
 //
 // A 429 of scope shared holds the claim's resource (see Resource) for the
 // wait it names; u's RetryAfter is then set to zero, so that the store
-// leaves the bucket's counts and pauses alone.
+// leaves the bucket's counts and pauses alone. A request of a resource
+// that such a 429 held is out no more (see Gates.takeResource).
 func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
+	if g.sharedOn.Load() {
+		g.settleResource(r, c, u)
+	}
 	if u.Sent && u.Status == 429 && u.Scope == store.ScopeShared && g.settleShared(c, u) {
 		u.RetryAfter = 0
 	}

@@ -79,8 +79,105 @@ func TestSharedHoldsItsResource(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if g.ResourceHeld(&c) || g.sharedOn.Load() {
+	if g.ResourceHeld(&c) {
 		t.Error("the hold outlived its wait")
+	}
+}
+
+// TestSharedResourceSlowStart: once its hold ends, a resource takes up its
+// requests one in flight at a time, one more once as many as may be in
+// flight have passed, and another shared 429 starts over; a resource left
+// quiet is forgotten.
+func TestSharedResourceSlowStart(t *testing.T) {
+	g, clk := newGates(t)
+	c := store.Claim{Credential: "c", Route: "PUT /r", Path: "/r/1"}
+	// Settle clears the RetryAfter of the update it takes.
+	shared := func() *store.Update {
+		return &store.Update{Sent: true, Status: 429, Scope: store.ScopeShared, RetryAfter: 100 * time.Millisecond}
+	}
+	g.Settle(&store.Reservation{}, &c, shared())
+	clk.Advance(100 * time.Millisecond)
+
+	acquire := func() (<-chan *store.Reservation, <-chan error) {
+		got, failed := make(chan *store.Reservation, 1), make(chan error, 1)
+		go func() {
+			r, err := g.Acquire(context.Background(), c, clk.Now(), nil, func(store.Claim) (*store.Reservation, error) {
+				return &store.Reservation{}, nil
+			})
+			if err != nil {
+				failed <- err
+				return
+			}
+			got <- r
+		}()
+		return got, failed
+	}
+	granted := func(got <-chan *store.Reservation, failed <-chan error, what string) *store.Reservation {
+		t.Helper()
+		select {
+		case r := <-got:
+			return r
+		case err := <-failed:
+			t.Fatalf("%s: %v", what, err)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: still waiting", what)
+		}
+		return nil
+	}
+	waiting := func(got <-chan *store.Reservation, what string) {
+		t.Helper()
+		select {
+		case <-got:
+			t.Fatalf("%s went while the resource's requests in flight filled what it may have", what)
+		case <-time.After(30 * time.Millisecond):
+		}
+	}
+	at := func(what string) *store.Reservation {
+		t.Helper()
+		got, failed := acquire()
+		return granted(got, failed, what)
+	}
+	passed := store.Update{Sent: true, Status: 204}
+
+	first := at("the first request after the hold")
+	got2, failed2 := acquire()
+	waiting(got2, "a second request while the first after the hold is out")
+	g.Settle(first, &c, &passed)
+	second := granted(got2, failed2, "the request behind one that passed")
+	third := at("a second request in flight after one passed")
+	got4, failed4 := acquire()
+	waiting(got4, "a third request in flight after one passed")
+	if other := (store.Claim{Credential: "c", Route: "PUT /r", Path: "/r/2"}); g.ResourceHeld(&other) {
+		t.Error("another resource of the route is held")
+	}
+	g.Settle(second, &c, &passed)
+	fourth := granted(got4, failed4, "a request behind two in flight, one answered")
+	got5, failed5 := acquire()
+	waiting(got5, "a third request in flight when one of two passed")
+
+	// Another shared 429 holds it and starts over from one at a time.
+	g.Settle(third, &c, shared())
+	if !g.ResourceHeld(&c) {
+		t.Fatal("a second shared 429 did not hold the resource")
+	}
+	clk.Advance(100 * time.Millisecond)
+	waiting(got5, "a request after the second hold while one from before it is out")
+	g.Settle(fourth, &c, &store.Update{}) // not sent: out, but it did not pass
+	fifth := granted(got5, failed5, "the first request after the second hold")
+	got6, failed6 := acquire()
+	waiting(got6, "a second request after the second hold")
+	g.Settle(fifth, &c, &passed)
+	sixth := granted(got6, failed6, "the request behind one that passed")
+	g.Settle(sixth, &c, &passed)
+
+	clk.Advance(sharedQuiet)
+	if g.ResourceHeld(&c) {
+		t.Error("held after its quiet time")
+	}
+	r := at("a request after the quiet time")
+	g.Settle(r, &c, &passed)
+	if g.sharedOn.Load() {
+		t.Error("a resource left quiet after its last hold is still remembered")
 	}
 }
 
