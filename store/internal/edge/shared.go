@@ -53,8 +53,8 @@ type resource struct {
 // bucket grants it, when its reservation takes the place.
 type mark struct{ _ byte }
 
-// busy reports whether the requests of res in flight fill what it may
-// have, dropping those that outlived Lease.
+// busy reports whether the resource's requests in flight fill what it may
+// have, forgetting those out longer than Lease.
 func (r *resource) busy(now time.Time) bool {
 	if r.open == 0 || len(r.out) < r.open {
 		return false
