@@ -67,6 +67,18 @@ func (r *resource) busy(now time.Time) bool {
 	return len(r.out) >= r.open
 }
 
+// lapse returns how long from now until the oldest of the resource's
+// requests in flight stops counting (see busy).
+func (r *resource) lapse(now time.Time) time.Duration {
+	var first time.Time
+	for _, at := range r.out {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return max(first.Add(Lease).Sub(now), time.Millisecond)
+}
+
 // Resource returns the digest that names the resource of claim c: 64-bit
 // FNV-1a of its credential, route and path. It is 0 when the path is not
 // known.
@@ -289,6 +301,10 @@ func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, res uint64, s
 			return place, nil
 		}
 		ch := g.changed
+		var lapse time.Duration
+		if busy {
+			lapse = g.shared[res].lapse(now)
+		}
 		g.mu.Unlock()
 		if c.NoWait {
 			return nil, &store.WaitError{Scope: store.ScopeShared, RetryAfter: wait, Err: store.ErrWaitTooLong}
@@ -301,13 +317,15 @@ func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, res uint64, s
 			defer t.Stop()
 			expired = t.C()
 		}
+		d := wait
 		if busy {
-			// A response of the resource wakes it (see settleResource).
-			wait = 0
+			// A response of the resource wakes it (see settleResource),
+			// or, should none ever be reported, its request's lapse.
+			d = lapse
 		} else {
 			ch = nil
 		}
-		if err := g.sleep(ctx, c, done, ch, wait, expired); err != nil {
+		if err := g.sleep(ctx, c, done, ch, d, expired); err != nil {
 			return nil, &store.WaitError{Scope: store.ScopeShared, RetryAfter: wait, Err: err}
 		}
 	}

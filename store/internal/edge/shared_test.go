@@ -170,6 +170,19 @@ func TestSharedResourceSlowStart(t *testing.T) {
 	sixth := granted(got6, failed6, "the request behind one that passed")
 	g.Settle(sixth, &c, &passed)
 
+	// A request whose report never comes counts for Lease at most.
+	// (Two may be out now: the fifth passed.)
+	at("a request after the last one passed")
+	at("a second request in flight")
+	got7, failed7 := acquire()
+	waiting(got7, "a request while one never reported is out")
+	for deadline := time.Now().Add(2 * time.Second); clk.Timers() < 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(Lease)
+	seventh := granted(got7, failed7, "a request once the one never reported lapsed")
+	g.Settle(seventh, &c, &passed)
+
 	clk.Advance(sharedQuiet)
 	if g.ResourceHeld(&c) {
 		t.Error("held after its quiet time")
