@@ -553,11 +553,16 @@ func (g *Gates) release(keys []string, id string, penalty time.Duration) {
 // leaves the bucket's counts and pauses alone. A request of a resource
 // that such a 429 held is out no more (see Gates.takeResource).
 func (g *Gates) Settle(r *store.Reservation, c *store.Claim, u *store.Update) {
-	if g.sharedOn.Load() {
-		g.settleResource(r, c, u)
-	}
-	if u.Sent && u.Status == 429 && u.Scope == store.ScopeShared && g.settleShared(c, u) {
-		u.RetryAfter = 0
+	on := g.sharedOn.Load()
+	shared := u.Sent && u.Status == 429 && u.Scope == store.ScopeShared
+	if on || shared {
+		// The resource is held before the request leaves its requests in
+		// flight: a claim woken by the leaving must find it held.
+		res := Resource(c)
+		if shared && g.settleShared(res, u) {
+			u.RetryAfter = 0
+		}
+		g.settleResource(res, r, u)
 	}
 	blocked := u.Sent && u.Status == 429 && u.Scope == store.ScopeBlocked
 	if u.Sent && u.Status > 0 && !blocked {

@@ -67,6 +67,15 @@ func (r *resource) busy(now time.Time) bool {
 	return len(r.out) >= r.open
 }
 
+// take counts k (a claim's mark or a reservation) among the resource's
+// requests in flight from now.
+func (r *resource) take(k any, now time.Time) {
+	if r.out == nil {
+		r.out = make(map[any]time.Time)
+	}
+	r.out[k] = now
+}
+
 // lapse returns how long from now until the oldest of the resource's
 // requests in flight stops counting (see busy).
 func (r *resource) lapse(now time.Time) time.Duration {
@@ -209,7 +218,7 @@ func (g *Gates) takeResource(res uint64, place *mark, p *store.Reservation) bool
 				g.broadcast()
 				return false
 			}
-			r.out[p] = now
+			r.take(p, now)
 			return true
 		}
 	}
@@ -217,10 +226,7 @@ func (g *Gates) takeResource(res uint64, place *mark, p *store.Reservation) bool
 		return false
 	}
 	if r = g.shared[res]; r != nil && r.open > 0 {
-		if r.out == nil {
-			r.out = make(map[any]time.Time)
-		}
-		r.out[p] = now
+		r.take(p, now)
 	}
 	return true
 }
@@ -241,12 +247,12 @@ func (g *Gates) dropResource(res uint64, place *mark) {
 	}
 }
 
-// settleResource takes p, a reservation of claim c, out of its resource's
-// requests in flight: one that Discord answered other than with a 429
-// passed, and once as many passed as may be in flight, its resource may
-// have one more (a shared 429 holds it again, see settleShared).
-func (g *Gates) settleResource(p *store.Reservation, c *store.Claim, u *store.Update) {
-	res := Resource(c)
+// settleResource takes p, a reservation of resource res (see Resource),
+// out of the resource's requests in flight: one that Discord answered
+// other than with a 429 passed, and once as many passed as may be in
+// flight, the resource may have one more (a shared 429 holds it again,
+// see settleShared).
+func (g *Gates) settleResource(res uint64, p *store.Reservation, u *store.Update) {
 	if res == 0 || p == nil {
 		return
 	}
@@ -292,10 +298,7 @@ func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, res uint64, s
 			var place *mark
 			if r := g.shared[res]; r != nil && r.open > 0 {
 				place = new(mark)
-				if r.out == nil {
-					r.out = make(map[any]time.Time)
-				}
-				r.out[place] = now
+				r.take(place, now)
 			}
 			g.mu.Unlock()
 			return place, nil
@@ -331,12 +334,11 @@ func (g *Gates) awaitResource(ctx context.Context, c *store.Claim, res uint64, s
 	}
 }
 
-// settleShared applies a 429 of scope shared on claim c: its resource is
+// settleShared applies a 429 of scope shared, u, on resource res: it is
 // held for the wait the 429 names, here and, through the remote, in every
 // process of the store. It reports whether the resource is held; when it
 // is, the store leaves the bucket alone.
-func (g *Gates) settleShared(c *store.Claim, u *store.Update) bool {
-	res := Resource(c)
+func (g *Gates) settleShared(res uint64, u *store.Update) bool {
 	if res == 0 || u.RetryAfter <= 0 {
 		return false
 	}
