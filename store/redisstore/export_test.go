@@ -72,3 +72,8 @@ func (s *Store) GateRoutes(ctx context.Context) (map[string]string, error) {
 	}
 	return m, nil
 }
+
+// Resyncs returns how many times every queue of the Store was made to ask
+// Redis again: once when its subscription is first confirmed, and after
+// each time it or Redis was lost.
+func (s *Store) Resyncs() uint64 { return s.resyncs.Load() }

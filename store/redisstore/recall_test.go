@@ -54,6 +54,8 @@ func TestRecallAcrossProcesses(t *testing.T) {
 			learn(a, c)
 			learn(b, other)
 			learn(b, stranger)
+			subscribed(t, a)
+			subscribed(t, b)
 			sent := acquire(a, c)
 			held, held2 := acquire(b, c), acquire(b, c)
 			untouched, unrelated := acquire(b, other), acquire(b, stranger)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/ratecord/ratecord/store/redisstore"
 )
 
 func TestMain(m *testing.M) {
@@ -121,6 +123,22 @@ func newClient(t testing.TB, addr string) *redis.Client {
 		unavailable(t, fmt.Sprintf("PING %s: %v", addr, err))
 	}
 	return c
+}
+
+// subscribed waits until s has read the confirmation of its
+// subscription (its first Acquire starts it), failing t after 5 s. Until
+// then what other processes publish does not reach s, and when the
+// confirmation comes every queue of s asks Redis again, forgetting the
+// waits Redis told it: a test of what a process learns from Redis, or from
+// the others, lets it subscribe first. (On a loaded machine the
+// confirmation can come after a test's first claims.)
+func subscribed(t testing.TB, s *redisstore.Store) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); s.Resyncs() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Store's subscription was not confirmed within 5 s")
+		}
+	}
 }
 
 var prefixSeq atomic.Uint64

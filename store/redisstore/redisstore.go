@@ -100,6 +100,7 @@ type Store struct {
 	localGrants atomic.Uint64
 	stalls      atomic.Uint64
 	descheduled atomic.Uint64
+	resyncs     atomic.Uint64 // times every queue was made to ask again (resync)
 
 	freezes *freezeWatch // tells a Redis stall from this process not running (freeze.go)
 }

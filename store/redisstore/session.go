@@ -932,6 +932,7 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 func (s *Store) resync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.resyncs.Add(1)
 	for _, ss := range s.sessions {
 		ss.gate, ss.gateBound = time.Time{}, time.Time{}
 		for _, q := range ss.queues {

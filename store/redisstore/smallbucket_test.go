@@ -136,6 +136,7 @@ func TestSmallBucketKnownWaitOutlivesRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Recycle()
+	subscribed(t, s)
 	// Redis tells this process how long the bucket's wait lasts.
 	if err := claimBriefly(s, small); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("claim on the spent bucket = %v; want a wait error", err)
