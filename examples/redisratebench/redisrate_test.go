@@ -5,7 +5,8 @@
 //
 // Each benchmark also reports the Redis server's own time per operation
 // (server-us/op), from INFO commandstats before and after: the script
-// calls' usec, and every other command's, summed; and the server's CPU
+// calls' usec, and every other command's, summed; the script calls per
+// operation (scripts/op: EVAL, EVALSHA and FCALL); and the server's CPU
 // time per operation (cpu-us/op), from INFO cpu before and after:
 // used_cpu_sys plus used_cpu_user, every thread of the server, so what
 // commandstats does not time (reading requests, writing replies, the
@@ -17,9 +18,13 @@
 // BenchmarkRedisRateAllow measures one limiter.Allow (one script call) with
 // a per-second limit that never denies. BenchmarkRedisstoreAcquireUpdate
 // measures what ratecord does per request: Acquire on a known bucket with
-// plenty remaining and a global limit that never binds (one claim script),
-// then Update with the response's headers (one update script). Each
-// benchmark uses its own key prefix; nothing is flushed.
+// plenty remaining and a global limit that never binds, then Report with
+// the response's headers. The Store sends a report with its next claim,
+// and a bucket this large lends the Store a lease of slots, so most
+// operations call no script (scripts/op shows how many do). The busy
+// benchmarks (busy_test.go) measure the same two with many keys and many
+// callers at once, ratecord without a lease. Each benchmark uses its own
+// key prefix; nothing is flushed.
 package redisratebench
 
 import (
@@ -80,6 +85,7 @@ func cleanup(b *testing.B, c *redis.Client, p string) {
 // could not be read.
 type server struct {
 	usec, cpu float64
+	scripts   float64 // calls of scripts and functions (EVAL, EVALSHA, FCALL)
 }
 
 // readServer reads INFO commandstats and cpu.
@@ -94,7 +100,7 @@ func readServer(c *redis.Client) server {
 // parseServer reads a server reading from the text of INFO commandstats
 // and cpu.
 func parseServer(info string) server {
-	var usec, cpu float64
+	var usec, cpu, scripts float64
 	var sys, user bool
 	for _, line := range strings.Split(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
@@ -110,10 +116,15 @@ func parseServer(info string) server {
 			cpu += f * 1e6
 			sys, user = sys || k == "used_cpu_sys", user || k == "used_cpu_user"
 		case strings.HasPrefix(k, "cmdstat_") && k != "cmdstat_info":
+			script := k == "cmdstat_eval" || k == "cmdstat_evalsha" || k == "cmdstat_fcall"
 			for _, f := range strings.Split(v, ",") {
 				if n, ok := strings.CutPrefix(f, "usec="); ok {
 					u, _ := strconv.ParseFloat(n, 64)
 					usec += u
+				}
+				if n, ok := strings.CutPrefix(f, "calls="); ok && script {
+					u, _ := strconv.ParseFloat(n, 64)
+					scripts += u
 				}
 			}
 		}
@@ -121,7 +132,7 @@ func parseServer(info string) server {
 	if !sys || !user {
 		cpu = -1
 	}
-	return server{usec: usec, cpu: cpu}
+	return server{usec: usec, cpu: cpu, scripts: scripts}
 }
 
 func TestParseServer(t *testing.T) {
@@ -136,8 +147,8 @@ func TestParseServer(t *testing.T) {
 		name, info string
 		want       server
 	}{
-		{"both sections; INFO and the children left out", stats + "\r\n" + cpu, server{usec: 135, cpu: 750000}},
-		{"no cpu section", stats, server{usec: 135, cpu: -1}},
+		{"both sections; INFO and the children left out", stats + "\r\n" + cpu, server{usec: 135, cpu: 750000, scripts: 10}},
+		{"no cpu section", stats, server{usec: 135, cpu: -1, scripts: 10}},
 		{"a cpu figure that is no number", "used_cpu_sys:x\r\nused_cpu_user:1\r\n", server{usec: -1, cpu: -1}},
 	} {
 		if got := parseServer(tt.info); got != tt.want {
@@ -155,6 +166,9 @@ func reportServer(b *testing.B, c *redis.Client, before server) {
 	}
 	if before.usec >= 0 && after.usec >= 0 {
 		b.ReportMetric((after.usec-before.usec)/float64(b.N), "server-us/op")
+	}
+	if before.usec >= 0 && after.usec >= 0 {
+		b.ReportMetric((after.scripts-before.scripts)/float64(b.N), "scripts/op")
 	}
 	if before.cpu >= 0 && after.cpu >= before.cpu {
 		b.ReportMetric((after.cpu-before.cpu)/float64(b.N), "cpu-us/op")
