@@ -41,6 +41,8 @@ type Transport struct {
 	cancel    context.CancelFunc // cancels ctx, in Close
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: releases every waiter
+
+	background sync.WaitGroup // responses read after their callers left (see send)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -86,7 +88,9 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 // Close releases every request waiting for a slot with a [*RateLimitError]
 // wrapping [ErrClosed], makes later requests fail the same way, and closes
 // the store if the transport created it. Requests already sent finish
-// normally. Close stops reporting the store's fallbacks to the meter
+// normally, but those whose callers gave up after they were written (see
+// [Transport.RoundTrip]) are cancelled, reported as sent without an
+// answer, before Close returns. Close stops reporting the store's fallbacks to the meter
 // provider. It is idempotent and does not close the base transport's
 // connections (see [Transport.CloseIdleConnections]).
 func (t *Transport) Close() error {
@@ -94,6 +98,7 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		t.cancel()
+		t.background.Wait() // their reports reach the store before it closes
 		if t.det != nil {
 			t.det.close()
 		}
@@ -126,6 +131,14 @@ const maxLapses = 3
 // It returns a *[RateLimitError] when it gives up before sending. A 429 it
 // does not retry (retries used up, or a body it cannot replay) is returned
 // as a response, body intact. req is never modified.
+//
+// When req's context ends while the request is in flight, RoundTrip returns
+// the context's error at once. A request the base transport had already
+// written (httptrace's WroteRequest; [http.Transport] reports it) counts
+// at Discord all the same: it is not cancelled, and its response, when it
+// comes (within 30 s), is read in the background and its rate-limit
+// headers reported to the store, so that no request goes into the window
+// it spent. Its body is closed unread.
 //
 // With telemetry on (see [WithTracerProvider]) the request gets a span,
 // which the requests handed to the base transport carry in their context.
@@ -216,7 +229,12 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			return nil, err
 		}
 		sentAt := t.cfg.clock.Now()
-		resp, err := t.base.RoundTrip(tel.outgoing(out))
+		resp, err, detached := t.send(tel.outgoing(out), permit, key, sentAt)
+		if detached {
+			// The caller left after the request was written: its response
+			// is read, and reported, without it.
+			return nil, err
+		}
 		var lim limits
 		if err == nil {
 			t.observeRTT(t.cfg.clock.Now().Sub(sentAt))

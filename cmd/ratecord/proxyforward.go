@@ -37,8 +37,11 @@ import (
 //     are server-sent events; trailers pass both ways; informational (1xx)
 //     responses are passed on;
 //   - the client's going away cancels the upstream request (the request's
-//     context), and a response body that breaks off aborts the client's
-//     connection, so that the client sees it cut rather than complete.
+//     context) until the request is written upstream; once it is, the
+//     request counts at Discord, and the Transport reads its response for
+//     its limits (see ratecord.Transport.RoundTrip); a response body that
+//     breaks off aborts the client's connection, so that the client sees
+//     it cut rather than complete.
 //
 // One thing it does better: a request's trailers reach the upstream with
 // their values, where the reverse proxy sends a copy of the trailer map
@@ -113,7 +116,7 @@ var errUnrequestedUpgrade = errors.New("the upstream switched protocols though t
 
 // outgoing returns the request to send upstream for r: r's method, checked
 // path and query, headers and body, aimed at the upstream, in r's context
-// (so that the client's going away cancels it) with f's trace of
+// (so that the client's going away ends it) with f's trace of
 // informational responses.
 func (p *proxy) outgoing(r *http.Request, f *forwarding) *http.Request {
 	f.trace.Got1xxResponse = f.got1xx

@@ -213,19 +213,22 @@ func TestForwardMatchesReverseProxy(t *testing.T) {
 	}
 }
 
-// TestForwardClientGoneCancelsUpstream checks that a client closing its
-// connection cancels the request upstream.
-func TestForwardClientGoneCancelsUpstream(t *testing.T) {
+// TestForwardClientGoneAfterTheWrite checks that a client closing its
+// connection after its request reached the upstream does not cancel the
+// request there: it counts at Discord all the same, and the Transport
+// reads its response for its limits. The client's request is logged as
+// closed (499) at once.
+func TestForwardClientGoneAfterTheWrite(t *testing.T) {
 	t.Parallel()
 	arrived := make(chan struct{})
-	canceled := make(chan struct{})
+	release := make(chan struct{})
+	alive := make(chan bool, 1)
 	up := newEcho(t, func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
-		select {
-		case <-r.Context().Done():
-			close(canceled)
-		case <-time.After(10 * time.Second):
-		}
+		<-release
+		alive <- r.Context().Err() == nil
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.WriteHeader(http.StatusOK)
 	})
 	p := startProxy(t, "-upstream", up.URL)
 	c, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
@@ -235,10 +238,19 @@ func TestForwardClientGoneCancelsUpstream(t *testing.T) {
 	io.WriteString(c, "GET /api/v10/users/@me HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bot "+botToken+"\r\n\r\n")
 	<-arrived
 	c.Close()
-	select {
-	case <-canceled:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the upstream request went on after the client left")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(p.stdout.String()+p.stderr.String(), `"status":499`); {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("the client that left was not logged as closed (499) within 5 s: %s", p.stdout.String()+p.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Had the proxy cancelled the upstream request when the client left,
+	// the upstream would have seen it by now.
+	time.Sleep(200 * time.Millisecond)
+	close(release)
+	if !<-alive {
+		t.Error("the upstream request was cancelled after the client left; want it kept, as it was written")
 	}
 }
 

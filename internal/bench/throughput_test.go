@@ -101,7 +101,9 @@ func TestCancelAfterSend(t *testing.T) {
 // ratecord, asserting only what holds on any machine: retry-after gets
 // bare 429s, as nothing announces its limit; cancel-inflight, on a network
 // whose way up takes longer than its callers wait, has requests canceled
-// in flight that still arrive, their responses lost.
+// in flight that still arrive, and the Transport reads their responses
+// without their callers (only a response still on its way when the run
+// ends and the Transport closes may be lost).
 func TestThroughputRuns(t *testing.T) {
 	t.Parallel()
 	slow := discordtest.Network{Up: discordtest.Leg{Base: 40 * time.Millisecond}, Down: discordtest.Leg{Base: 40 * time.Millisecond}}
@@ -130,8 +132,8 @@ func TestThroughputRuns(t *testing.T) {
 				t.Errorf("retry-after: %d bare 429s, %d avoidable, %d unavoidable; want bare 429s, each judged", r.Bare, r.Avoidable, r.Unavoidable)
 			}
 		case "cancel-inflight":
-			if r.Canceled == 0 || r.Lost == 0 || r.Calls <= r.Canceled {
-				t.Errorf("cancel-inflight: %d of %d calls canceled, %d responses lost; want some canceled, their responses lost", r.Canceled, r.Calls, r.Lost)
+			if r.Canceled == 0 || r.Lost >= r.Canceled || r.Calls <= r.Canceled {
+				t.Errorf("cancel-inflight: %d of %d calls canceled, %d responses lost; want some canceled, their responses read", r.Canceled, r.Calls, r.Lost)
 			}
 		}
 	}

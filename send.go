@@ -1,0 +1,181 @@
+package ratecord
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratecord/ratecord/store"
+)
+
+// A request that has been written counts at Discord whatever its caller
+// does next, and its response says what it spent: the bucket's remaining
+// count and reset, or the wait of a 429. A caller that gives up while its
+// request is in flight (its context ends: a deadline, an abort) would
+// leave the store only the fact that the request went, and the next
+// request, of this process or of any other sharing the store, could go
+// into the window the lost response would have shown spent. So once the
+// base transport reports the request written (httptrace's WroteRequest),
+// the request no longer ends with its caller's context: the caller gets
+// its context's error at once, and the response is read in the
+// background, its limits reported to the store like any response's, its
+// body closed. A caller that gives up before the write cancels the
+// request, as before; so does every caller with a base transport that
+// does not report writes.
+
+// detachedWait bounds how long the response of a request whose caller
+// gave up after it was written is waited for; the request is cancelled
+// then, and reported as sent without an answer.
+const detachedWait = 30 * time.Second
+
+// The states of a request in flight (see send).
+const (
+	sendWaiting   int32 = iota // no answer yet, the caller waits
+	sendDelivered              // the answer went to the caller
+	sendDetached               // the caller left after the write: read in the background
+)
+
+// roundTrip is what the base transport returned.
+type roundTrip struct {
+	resp *http.Response
+	err  error
+}
+
+// inflight is a request handed to the base transport by send, all of its
+// parts in one allocation.
+type inflight struct {
+	t       *Transport
+	out     *http.Request // sent with ctx
+	ctx     context.Context
+	cancel  context.CancelFunc // ends ctx
+	stop    func() bool        // unhooks leave from the caller's context
+	written atomic.Bool
+	state   atomic.Int32
+	trace   httptrace.ClientTrace
+	done    chan roundTrip
+	body    sentBody
+}
+
+// wrote is the request's WroteRequest hook.
+func (f *inflight) wrote(info httptrace.WroteRequestInfo) {
+	if info.Err == nil {
+		f.written.Store(true)
+	}
+}
+
+// leave runs when the caller's context ends: it ends the request, unless
+// the request was written and its answer has not gone to the caller (see
+// send).
+func (f *inflight) leave() {
+	if !f.written.Load() || f.state.Load() == sendDelivered {
+		f.cancel()
+	}
+}
+
+// run hands the request to the base transport.
+func (f *inflight) run() {
+	resp, err := f.t.base.RoundTrip(f.out)
+	f.done <- roundTrip{resp, err}
+}
+
+// release ends the request's own context once its caller is done with it.
+func (f *inflight) release() {
+	f.stop()
+	f.cancel()
+}
+
+// send hands out to the base transport and returns what it returned.
+// detached reports that out's caller gave up after out was written: send
+// then returned the error of out's context, and reads the response in the
+// background, reporting it on p (which is no longer the caller's).
+func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, sentAt time.Time) (resp *http.Response, err error, detached bool) {
+	ctx := out.Context()
+	if ctx.Done() == nil {
+		resp, err := t.base.RoundTrip(out)
+		return resp, err, false
+	}
+	f := &inflight{t: t, done: make(chan roundTrip, 1)}
+	f.trace.WroteRequest = f.wrote
+	f.ctx, f.cancel = context.WithCancel(httptrace.WithClientTrace(context.WithoutCancel(ctx), &f.trace))
+	f.out = out.WithContext(f.ctx)
+	f.stop = context.AfterFunc(ctx, f.leave)
+	go f.run()
+	var r roundTrip
+	select {
+	case r = <-f.done:
+	case <-ctx.Done():
+		if f.written.Load() && f.state.CompareAndSwap(sendWaiting, sendDetached) {
+			f.stop()
+			t.background.Add(1)
+			go t.readDetached(f.done, f.cancel, p, key, sentAt)
+			return nil, ctx.Err(), true
+		}
+		r = <-f.done
+	}
+	f.state.Store(sendDelivered)
+	switch {
+	case r.resp == nil:
+		f.release()
+	case r.resp.StatusCode == http.StatusSwitchingProtocols:
+		// The body is the connection, for the caller to keep: the
+		// caller's context stays bound to it.
+		if ctx.Err() != nil {
+			f.cancel()
+		}
+	default:
+		if ctx.Err() != nil {
+			// The caller left while the answer came: its body ends with it.
+			f.cancel()
+		}
+		f.body = sentBody{ReadCloser: r.resp.Body, release: f.release}
+		r.resp.Body = &f.body
+	}
+	return r.resp, r.err, false
+}
+
+// readDetached waits for the answer to a request whose caller left after
+// it was written, up to detachedWait or until the Transport closes, and
+// reports what it says on p.
+func (t *Transport) readDetached(ch <-chan roundTrip, cancel context.CancelFunc, p *store.Reservation, key routeKey, sentAt time.Time) {
+	defer t.background.Done()
+	defer cancel()
+	timer := time.NewTimer(detachedWait)
+	defer timer.Stop()
+	var r roundTrip
+	select {
+	case r = <-ch:
+	case <-timer.C:
+		cancel()
+		r = <-ch
+	case <-t.ctx.Done():
+		cancel()
+		r = <-ch
+	}
+	var lim limits
+	if r.resp != nil {
+		if r.err == nil {
+			t.observeRTT(t.cfg.clock.Now().Sub(sentAt))
+			lim, _ = t.readLimits(r.resp, key) // a 429 whose body broke off keeps its headers' limits
+		}
+		r.resp.Body.Close()
+	}
+	t.report(context.Background(), p, t.update(true, r.resp, &lim))
+}
+
+// sentBody is the body of a response whose request was sent with a
+// context of its own (see send): closing it releases that context.
+type sentBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *sentBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}

@@ -1,0 +1,193 @@
+package ratecord_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratecord/ratecord"
+)
+
+// TestCallerLeavesAfterTheWrite: a caller that gives up while its request
+// is in flight, after the request was written, gets its context's error at
+// once; the response that comes later is still read, and its headers spend
+// the bucket, so the next request is not sent into the window it used.
+// (The response's headers are the only word on this bucket: before it, the
+// route's bucket was unknown.)
+func TestCallerLeavesAfterTheWrite(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	answer := make(chan struct{})
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		arrived <- struct{}{}
+		<-answer
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "1")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "10.000")
+		w.Write([]byte(`{"id":"1"}`))
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := ratecord.NewTransport(base)
+	defer tr.Close()
+	client := &http.Client{Transport: tr}
+	newRequest := func(ctx context.Context) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/v10/channels/1/messages",
+			strings.NewReader(`{"content":"hi"}`))
+		req.Header.Set("Authorization", "Bot token")
+		return req
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	// The caller leaves once the request is written (the Transport's hook
+	// runs before the caller's) and has reached the server.
+	wrote := make(chan struct{}, 1)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote <- struct{}{} },
+	})
+	done := make(chan error, 1)
+	go func() {
+		resp, err := client.Do(newRequest(ctx))
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-wrote
+	<-arrived
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("request whose caller left in flight = %v; want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller that left was not released within 5 s")
+	}
+	close(answer)
+
+	// The response is read without its caller: the store learns the
+	// bucket spent for 10 s.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		d, err := tr.Estimate(newRequest(t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d > 5*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("estimate %v 5 s after the response of the left request was sent; want the 10 s reset it announced", d)
+		}
+	}
+	short, cancelShort := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancelShort()
+	_, err := client.Do(newRequest(short))
+	var rle *ratecord.RateLimitError
+	if !errors.As(err, &rle) {
+		t.Fatalf("request on the bucket the left request spent = %v; want a *RateLimitError", err)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Errorf("server saw %d requests; want 1", n)
+	}
+}
+
+// blockingBase never writes a request: it waits for the request's context
+// to end, and says whether it ended.
+type blockingBase struct {
+	started chan struct{}
+	ended   chan error
+}
+
+func (b *blockingBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	b.started <- struct{}{}
+	<-req.Context().Done()
+	b.ended <- req.Context().Err()
+	return nil, req.Context().Err()
+}
+
+// TestCallerLeavesBeforeTheWrite: a caller that gives up before its
+// request was written cancels it, as it would without the Transport.
+func TestCallerLeavesBeforeTheWrite(t *testing.T) {
+	base := &blockingBase{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	tr := ratecord.NewTransport(base)
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://discord.com/api/v10/channels/1/messages", nil)
+	req.Header.Set("Authorization", "Bot token")
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		done <- err
+	}()
+	<-base.started
+	cancel()
+	select {
+	case err := <-base.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the base transport's request ended with %v; want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the unwritten request was not cancelled within 5 s of its caller leaving")
+	}
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("RoundTrip = %v; want context.Canceled", err)
+	}
+}
+
+// TestResponseBodyEndsWithItsCaller: the body of a response delivered to
+// its caller still ends when the caller's context does.
+func TestResponseBodyEndsWithItsCaller(t *testing.T) {
+	flushed := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "4")
+		w.Header().Set("X-RateLimit-Reset-After", "1.000")
+		w.Write([]byte("part"))
+		w.(http.Flusher).Flush()
+		close(flushed)
+		<-r.Context().Done() // the rest never comes
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := ratecord.NewTransport(base)
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages", nil)
+	req.Header.Set("Authorization", "Bot token")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-flushed
+	buf := make([]byte, 4)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatalf("first part of the body: %v", err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := resp.Body.Read(buf)
+		read <- err
+	}()
+	cancel()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("read of a body after its caller left succeeded; want an error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the body's read did not end within 5 s of its caller leaving")
+	}
+}
