@@ -109,11 +109,16 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, 
 	case r = <-f.done:
 	case <-ctx.Done():
 		if f.written.Load() && f.state.CompareAndSwap(sendWaiting, sendDetached) {
-			f.stop()
-			t.background.Add(1)
-			go t.readDetached(f.done, f.cancel, p, key, sentAt)
-			return nil, ctx.Err(), true
+			if t.holdBackground() {
+				f.stop()
+				go t.readDetached(f.done, f.cancel, p, key, sentAt)
+				return nil, ctx.Err(), true
+			}
+			// The Transport is closing: the request ends with its caller.
 		}
+		// Not written when the caller left (leave may not have run yet,
+		// or may have found it written since): the request ends now.
+		f.cancel()
 		r = <-f.done
 	}
 	f.state.Store(sendDelivered)
@@ -135,6 +140,18 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, 
 		r.resp.Body = &f.body
 	}
 	return r.resp, r.err, false
+}
+
+// holdBackground counts one more response read in the background, unless
+// the Transport is closing (Close waits for those it counted).
+func (t *Transport) holdBackground() bool {
+	t.bgMu.Lock()
+	defer t.bgMu.Unlock()
+	if t.bgClosed {
+		return false
+	}
+	t.background.Add(1)
+	return true
 }
 
 // readDetached waits for the answer to a request whose caller left after

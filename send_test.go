@@ -191,3 +191,50 @@ func TestResponseBodyEndsWithItsCaller(t *testing.T) {
 		t.Fatal("the body's read did not end within 5 s of its caller leaving")
 	}
 }
+
+// TestCloseEndsResponsesReadWithoutCallers: Close cancels the requests
+// whose callers left after the write and whose responses have not come,
+// and returns once they are reported.
+func TestCloseEndsResponsesReadWithoutCallers(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	ended := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // never answers
+		close(ended)
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := ratecord.NewTransport(base)
+	ctx, cancel := context.WithCancel(t.Context())
+	wrote := make(chan struct{}, 1)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote <- struct{}{} },
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages", nil)
+	req.Header.Set("Authorization", "Bot token")
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		done <- err
+	}()
+	<-wrote
+	<-arrived
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RoundTrip = %v; want context.Canceled", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return within 5 s with a response still awaited")
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the awaited request was not cancelled by Close")
+	}
+}

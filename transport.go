@@ -43,6 +43,8 @@ type Transport struct {
 	done      chan struct{} // closed by Close: releases every waiter
 
 	background sync.WaitGroup // responses read after their callers left (see send)
+	bgMu       sync.Mutex     // guards bgClosed, and orders background.Add before Close's Wait
+	bgClosed   bool           // set by Close: no more background reads
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -98,6 +100,9 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		t.cancel()
+		t.bgMu.Lock()
+		t.bgClosed = true
+		t.bgMu.Unlock()
 		t.background.Wait() // their reports reach the store before it closes
 		if t.det != nil {
 			t.det.close()
