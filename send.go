@@ -92,11 +92,11 @@ func (f *inflight) release() {
 // detached reports that out's caller gave up after out was written: send
 // then returned the error of out's context, and reads the response in the
 // background, reporting it on p (which is no longer the caller's).
-func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, sentAt time.Time) (resp *http.Response, err error, detached bool) {
+func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) (resp *http.Response, detached bool, err error) {
 	ctx := out.Context()
 	if ctx.Done() == nil {
 		resp, err := t.base.RoundTrip(out)
-		return resp, err, false
+		return resp, false, err
 	}
 	f := &inflight{t: t, done: make(chan roundTrip, 1)}
 	f.trace.WroteRequest = f.wrote
@@ -111,8 +111,8 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, 
 		if f.written.Load() && f.state.CompareAndSwap(sendWaiting, sendDetached) {
 			if t.holdBackground() {
 				f.stop()
-				go t.readDetached(f.done, f.cancel, p, key, sentAt)
-				return nil, ctx.Err(), true
+				go t.readDetached(f.done, f.cancel, p, key)
+				return nil, true, ctx.Err()
 			}
 			// The Transport is closing: the request ends with its caller.
 		}
@@ -139,7 +139,7 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, 
 		f.body = sentBody{ReadCloser: r.resp.Body, release: f.release}
 		r.resp.Body = &f.body
 	}
-	return r.resp, r.err, false
+	return r.resp, false, r.err
 }
 
 // holdBackground counts one more response read in the background, unless
@@ -157,7 +157,7 @@ func (t *Transport) holdBackground() bool {
 // readDetached waits for the answer to a request whose caller left after
 // it was written, up to detachedWait or until the Transport closes, and
 // reports what it says on p.
-func (t *Transport) readDetached(ch <-chan roundTrip, cancel context.CancelFunc, p *store.Reservation, key routeKey, sentAt time.Time) {
+func (t *Transport) readDetached(ch <-chan roundTrip, cancel context.CancelFunc, p *store.Reservation, key routeKey) {
 	defer t.background.Done()
 	defer cancel()
 	timer := time.NewTimer(detachedWait)
@@ -175,7 +175,10 @@ func (t *Transport) readDetached(ch <-chan roundTrip, cancel context.CancelFunc,
 	var lim limits
 	if r.resp != nil {
 		if r.err == nil {
-			t.observeRTT(t.cfg.clock.Now().Sub(sentAt))
+			// Its round trip is not folded into the estimate that tells
+			// whether a request has time to come back (tooLate): it is the
+			// round trip of a request that did not, and the estimate is of
+			// those that do.
 			lim, _ = t.readLimits(r.resp, key) // a 429 whose body broke off keeps its headers' limits
 		}
 		r.resp.Body.Close()

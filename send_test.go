@@ -238,3 +238,57 @@ func TestCloseEndsResponsesReadWithoutCallers(t *testing.T) {
 		t.Fatal("the awaited request was not cancelled by Close")
 	}
 }
+
+// TestLeftResponsesLeaveTheRoundTripEstimate: the round trips of
+// responses read after their callers left are not folded into the
+// estimate of the round trip, which refuses a request whose deadline
+// leaves less: they are the slow ones, and a few of them would refuse
+// every caller with a short deadline.
+func TestLeftResponsesLeaveTheRoundTripEstimate(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Limit", "1000")
+		w.Header().Set("X-RateLimit-Remaining", "999")
+		w.Header().Set("X-RateLimit-Reset-After", "60.000")
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := ratecord.NewTransport(base)
+	defer tr.Close()
+	client := &http.Client{Transport: tr}
+	do := func(ctx context.Context, query string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages"+query, nil)
+		req.Header.Set("Authorization", "Bot token")
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for range 3 {
+		if err := do(t.Context(), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 6 {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := do(ctx, "?slow=1")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("slow request with a 100 ms deadline = %v; want context.DeadlineExceeded", err)
+		}
+	}
+	// The slow responses have come: the request below must be sent,
+	// whatever they took (folded in, they would have taken the estimate
+	// past its deadline).
+	time.Sleep(400 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := do(ctx, ""); err != nil {
+		t.Errorf("request with a 100 ms deadline after responses read without their callers = %v; want it sent", err)
+	}
+}

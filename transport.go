@@ -91,10 +91,11 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 // wrapping [ErrClosed], makes later requests fail the same way, and closes
 // the store if the transport created it. Requests already sent finish
 // normally, but those whose callers gave up after they were written (see
-// [Transport.RoundTrip]) are cancelled, reported as sent without an
-// answer, before Close returns. Close stops reporting the store's fallbacks to the meter
-// provider. It is idempotent and does not close the base transport's
-// connections (see [Transport.CloseIdleConnections]).
+// [Transport.RoundTrip]) and whose responses have not come are cancelled,
+// and reported as sent without an answer, before Close returns. Close
+// stops reporting the store's fallbacks to the meter provider. It is
+// idempotent and does not close the base transport's connections (see
+// [Transport.CloseIdleConnections]).
 func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
@@ -143,7 +144,8 @@ const maxLapses = 3
 // at Discord all the same: it is not cancelled, and its response, when it
 // comes (within 30 s), is read in the background and its rate-limit
 // headers reported to the store, so that no request goes into the window
-// it spent. Its body is closed unread.
+// it spent. Its body is then closed, read only as far as a 429's
+// retry_after needs.
 //
 // With telemetry on (see [WithTracerProvider]) the request gets a span,
 // which the requests handed to the base transport carry in their context.
@@ -234,7 +236,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			return nil, err
 		}
 		sentAt := t.cfg.clock.Now()
-		resp, err, detached := t.send(tel.outgoing(out), permit, key, sentAt)
+		resp, detached, err := t.send(tel.outgoing(out), permit, key)
 		if detached {
 			// The caller left after the request was written: its response
 			// is read, and reported, without it.
