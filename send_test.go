@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,17 +29,11 @@ func TestCallerLeavesAfterTheWrite(t *testing.T) {
 		requests.Add(1)
 		arrived <- struct{}{}
 		<-answer
-		w.Header().Set("X-RateLimit-Bucket", "abcd")
-		w.Header().Set("X-RateLimit-Limit", "1")
-		w.Header().Set("X-RateLimit-Remaining", "0")
-		w.Header().Set("X-RateLimit-Reset-After", "10.000")
+		announce(w, 1, 0, "10.000")
 		w.Write([]byte(`{"id":"1"}`))
 	}))
 	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := ratecord.NewTransport(base)
-	defer tr.Close()
+	tr := realTransport(t)
 	client := &http.Client{Transport: tr}
 	newRequest := func(ctx context.Context) *http.Request {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/v10/channels/1/messages",
@@ -149,20 +144,14 @@ func TestCallerLeavesBeforeTheWrite(t *testing.T) {
 func TestResponseBodyEndsWithItsCaller(t *testing.T) {
 	flushed := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-RateLimit-Bucket", "abcd")
-		w.Header().Set("X-RateLimit-Limit", "5")
-		w.Header().Set("X-RateLimit-Remaining", "4")
-		w.Header().Set("X-RateLimit-Reset-After", "1.000")
+		announce(w, 5, 4, "1.000")
 		w.Write([]byte("part"))
 		w.(http.Flusher).Flush()
 		close(flushed)
 		<-r.Context().Done() // the rest never comes
 	}))
 	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := ratecord.NewTransport(base)
-	defer tr.Close()
+	tr := realTransport(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages", nil)
 	req.Header.Set("Authorization", "Bot token")
@@ -204,9 +193,7 @@ func TestCloseEndsResponsesReadWithoutCallers(t *testing.T) {
 		close(ended)
 	}))
 	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := ratecord.NewTransport(base)
+	tr := ratecord.NewTransport(realBase(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	wrote := make(chan struct{}, 1)
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -249,16 +236,10 @@ func TestLeftResponsesLeaveTheRoundTripEstimate(t *testing.T) {
 		if r.URL.Query().Get("slow") != "" {
 			time.Sleep(300 * time.Millisecond)
 		}
-		w.Header().Set("X-RateLimit-Bucket", "abcd")
-		w.Header().Set("X-RateLimit-Limit", "1000")
-		w.Header().Set("X-RateLimit-Remaining", "999")
-		w.Header().Set("X-RateLimit-Reset-After", "60.000")
+		announce(w, 1000, 999, "60.000")
 	}))
 	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := ratecord.NewTransport(base)
-	defer tr.Close()
+	tr := realTransport(t)
 	client := &http.Client{Transport: tr}
 	do := func(ctx context.Context, query string) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages"+query, nil)
@@ -291,4 +272,27 @@ func TestLeftResponsesLeaveTheRoundTripEstimate(t *testing.T) {
 	if err := do(ctx, ""); err != nil {
 		t.Errorf("request with a 100 ms deadline after responses read without their callers = %v; want it sent", err)
 	}
+}
+
+// announce sets the rate-limit headers of bucket "abcd" on w.
+func announce(w http.ResponseWriter, limit, remaining int, resetAfter string) {
+	w.Header().Set("X-RateLimit-Bucket", "abcd")
+	w.Header().Set("X-RateLimit-Limit", strconv.Itoa(limit))
+	w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
+	w.Header().Set("X-RateLimit-Reset-After", resetAfter)
+}
+
+// realBase returns a net/http Transport, its idle connections closed when
+// t ends: one that reports its writes to httptrace.
+func realBase(t *testing.T) *http.Transport {
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	return base
+}
+
+// realTransport returns a Transport over realBase, closed when t ends.
+func realTransport(t *testing.T) *ratecord.Transport {
+	tr := ratecord.NewTransport(realBase(t))
+	t.Cleanup(func() { tr.Close() })
+	return tr
 }

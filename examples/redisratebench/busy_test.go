@@ -2,6 +2,7 @@ package redisratebench
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -52,22 +53,28 @@ func BenchmarkBusyRedisRateAllow(b *testing.B) {
 	for i := range keys {
 		keys[i] = p + ":bot" + strconv.Itoa(i)
 	}
+	ctx := context.Background()
+	runBusy(b, c, func(n uint64) error {
+		res, err := limiter.Allow(ctx, keys[n%busyBots], limit)
+		if err == nil && res.Allowed != 1 {
+			err = fmt.Errorf("Allow = %+v; want allowed", res)
+		}
+		return err
+	})
+}
+
+// runBusy runs op from busyCallers goroutines per CPU, each call with the
+// next number of a count, and reports the server's figures per operation.
+func runBusy(b *testing.B, c *redis.Client, op func(n uint64) error) {
 	var next atomic.Uint64
 	before := readServer(c)
 	b.SetParallelism(busyCallers)
 	b.ResetTimer()
 	defer reportServer(b, c, before)
 	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
 		for pb.Next() {
-			n := next.Add(1)
-			res, err := limiter.Allow(ctx, keys[n%busyBots], limit)
-			if err != nil {
+			if err := op(next.Add(1)); err != nil {
 				b.Error(err)
-				return
-			}
-			if res.Allowed != 1 {
-				b.Errorf("Allow = %+v; want allowed", res)
 				return
 			}
 		}
@@ -109,26 +116,14 @@ func BenchmarkBusyRedisstore(b *testing.B) {
 			}
 		}
 	}
-	var next atomic.Uint64
-	before := readServer(c)
-	b.SetParallelism(busyCallers)
-	b.ResetTimer()
-	defer reportServer(b, c, before)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			n := next.Add(1)
-			// Spread over the claims with a stride prime to their number,
-			// so that the callers of one moment meet different buckets.
-			s, cl := stores[n%busyProcs], claims[(n*7919)%uint64(len(claims))]
-			r, err := s.Acquire(ctx, cl)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := r.Report(ctx, update); err != nil {
-				b.Error(err)
-				return
-			}
+	runBusy(b, c, func(n uint64) error {
+		// Spread over the claims with a stride prime to their number, so
+		// that the callers of one moment meet different buckets.
+		s, cl := stores[n%busyProcs], claims[(n*7919)%uint64(len(claims))]
+		r, err := s.Acquire(ctx, cl)
+		if err != nil {
+			return err
 		}
+		return r.Report(ctx, update)
 	})
 }
