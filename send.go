@@ -111,7 +111,7 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) 
 		if f.written.Load() && f.state.CompareAndSwap(sendWaiting, sendDetached) {
 			if t.holdBackground() {
 				f.stop()
-				go t.readDetached(f.done, f.cancel, p, key)
+				go t.readDetached(f, p, key)
 				return nil, true, ctx.Err()
 			}
 			// The Transport is closing: the request ends with its caller.
@@ -122,20 +122,17 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) 
 		r = <-f.done
 	}
 	f.state.Store(sendDelivered)
-	switch {
-	case r.resp == nil:
+	if r.resp == nil {
 		f.release()
-	case r.resp.StatusCode == http.StatusSwitchingProtocols:
-		// The body is the connection, for the caller to keep: the
-		// caller's context stays bound to it.
-		if ctx.Err() != nil {
-			f.cancel()
-		}
-	default:
-		if ctx.Err() != nil {
-			// The caller left while the answer came: its body ends with it.
-			f.cancel()
-		}
+		return nil, false, r.err
+	}
+	if ctx.Err() != nil {
+		// The caller left while the answer came: its body ends with it.
+		f.cancel()
+	}
+	if r.resp.StatusCode != http.StatusSwitchingProtocols {
+		// (A 101's body is the connection, for the caller to keep: the
+		// caller's context stays bound to it.)
 		f.body = sentBody{ReadCloser: r.resp.Body, release: f.release}
 		r.resp.Body = &f.body
 	}
@@ -147,8 +144,10 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) 
 func (t *Transport) holdBackground() bool {
 	t.bgMu.Lock()
 	defer t.bgMu.Unlock()
-	if t.bgClosed {
+	select {
+	case <-t.done:
 		return false
+	default:
 	}
 	t.background.Add(1)
 	return true
@@ -157,20 +156,24 @@ func (t *Transport) holdBackground() bool {
 // readDetached waits for the answer to a request whose caller left after
 // it was written, up to detachedWait or until the Transport closes, and
 // reports what it says on p.
-func (t *Transport) readDetached(ch <-chan roundTrip, cancel context.CancelFunc, p *store.Reservation, key routeKey) {
+func (t *Transport) readDetached(f *inflight, p *store.Reservation, key routeKey) {
 	defer t.background.Done()
-	defer cancel()
+	defer f.cancel()
 	timer := time.NewTimer(detachedWait)
 	defer timer.Stop()
 	var r roundTrip
+	answered := false
 	select {
-	case r = <-ch:
+	case r = <-f.done:
+		answered = true
 	case <-timer.C:
-		cancel()
-		r = <-ch
 	case <-t.ctx.Done():
-		cancel()
-		r = <-ch
+	}
+	if !answered {
+		// No answer in time, or the Transport closes: cancelled, the
+		// request ends at once.
+		f.cancel()
+		r = <-f.done
 	}
 	var lim limits
 	if r.resp != nil {

@@ -43,8 +43,7 @@ type Transport struct {
 	done      chan struct{} // closed by Close: releases every waiter
 
 	background sync.WaitGroup // responses read after their callers left (see send)
-	bgMu       sync.Mutex     // guards bgClosed, and orders background.Add before Close's Wait
-	bgClosed   bool           // set by Close: no more background reads
+	bgMu       sync.Mutex     // orders background.Add (before done is closed) and Close's Wait
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -101,8 +100,7 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		t.cancel()
-		t.bgMu.Lock()
-		t.bgClosed = true
+		t.bgMu.Lock() // no read is counted once done is closed
 		t.bgMu.Unlock()
 		t.background.Wait() // their reports reach the store before it closes
 		if t.det != nil {
