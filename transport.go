@@ -43,7 +43,7 @@ type Transport struct {
 	done      chan struct{} // closed by Close: releases every waiter
 
 	background sync.WaitGroup // responses read after their callers left (see send)
-	bgMu       sync.Mutex     // orders background.Add (before done is closed) and Close's Wait
+	bgMu       sync.Mutex     // held while done is closed: orders background.Add before Close's Wait
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -98,10 +98,10 @@ func NewTransport(base http.RoundTripper, opts ...Option) *Transport {
 func (t *Transport) Close() error {
 	var err error
 	t.closeOnce.Do(func() {
+		t.bgMu.Lock() // no background read is counted once done is closed
 		close(t.done)
-		t.cancel()
-		t.bgMu.Lock() // no read is counted once done is closed
 		t.bgMu.Unlock()
+		t.cancel()
 		t.background.Wait() // their reports reach the store before it closes
 		if t.det != nil {
 			t.det.close()
