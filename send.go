@@ -2,6 +2,7 @@ package ratecord
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -51,8 +52,9 @@ type inflight struct {
 	t       *Transport
 	out     *http.Request // sent with ctx
 	ctx     context.Context
-	cancel  context.CancelFunc // ends ctx
-	stop    func() bool        // unhooks leave from the caller's context
+	caller  context.Context         // the caller's context
+	cancel  context.CancelCauseFunc // ends ctx
+	stop    func() bool             // unhooks leave from the caller's context
 	written atomic.Bool
 	state   atomic.Int32
 	trace   httptrace.ClientTrace
@@ -72,8 +74,15 @@ func (f *inflight) wrote(info httptrace.WroteRequestInfo) {
 // send).
 func (f *inflight) leave() {
 	if !f.written.Load() || f.state.Load() == sendDelivered {
-		f.cancel()
+		f.end()
 	}
+}
+
+// end ends the request for the reason its caller left, so that the base
+// transport reports that reason (net/http reports a request's context's
+// cause), not a cancellation of its own.
+func (f *inflight) end() {
+	f.cancel(context.Cause(f.caller))
 }
 
 // run hands the request to the base transport.
@@ -85,7 +94,7 @@ func (f *inflight) run() {
 // release ends the request's own context once its caller is done with it.
 func (f *inflight) release() {
 	f.stop()
-	f.cancel()
+	f.cancel(nil)
 }
 
 // send hands out to the base transport and returns what it returned.
@@ -98,9 +107,9 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) 
 		resp, err := t.base.RoundTrip(out)
 		return resp, false, err
 	}
-	f := &inflight{t: t, done: make(chan roundTrip, 1)}
+	f := &inflight{t: t, caller: ctx, done: make(chan roundTrip, 1)}
 	f.trace.WroteRequest = f.wrote
-	f.ctx, f.cancel = context.WithCancel(httptrace.WithClientTrace(context.WithoutCancel(ctx), &f.trace))
+	f.ctx, f.cancel = context.WithCancelCause(httptrace.WithClientTrace(context.WithoutCancel(ctx), &f.trace))
 	f.out = out.WithContext(f.ctx)
 	f.stop = context.AfterFunc(ctx, f.leave)
 	go f.run()
@@ -112,23 +121,31 @@ func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) 
 			if t.holdBackground() {
 				f.stop()
 				go t.readDetached(f, p, key)
-				return nil, true, ctx.Err()
+				return nil, true, context.Cause(ctx)
 			}
 			// The Transport is closing: the request ends with its caller.
 		}
 		// Not written when the caller left (leave may not have run yet,
 		// or may have found it written since): the request ends now.
-		f.cancel()
+		f.end()
 		r = <-f.done
 	}
 	f.state.Store(sendDelivered)
 	if r.resp == nil {
 		f.release()
+		if ctx.Err() != nil && errors.Is(r.err, context.Canceled) {
+			// Cancelled because its caller left: a base that reports
+			// its context's error rather than its cause said only
+			// "canceled". Say why the caller left, as the base would
+			// have with the caller's own context (a deadline is then
+			// context.DeadlineExceeded).
+			r.err = context.Cause(ctx)
+		}
 		return nil, false, r.err
 	}
 	if ctx.Err() != nil {
 		// The caller left while the answer came: its body ends with it.
-		f.cancel()
+		f.end()
 	}
 	if r.resp.StatusCode != http.StatusSwitchingProtocols {
 		// (A 101's body is the connection, for the caller to keep: the
@@ -158,7 +175,7 @@ func (t *Transport) holdBackground() bool {
 // reports what it says on p.
 func (t *Transport) readDetached(f *inflight, p *store.Reservation, key routeKey) {
 	defer t.background.Done()
-	defer f.cancel()
+	defer f.cancel(nil)
 	timer := time.NewTimer(detachedWait)
 	defer timer.Stop()
 	var r roundTrip
@@ -172,7 +189,7 @@ func (t *Transport) readDetached(f *inflight, p *store.Reservation, key routeKey
 	if !answered {
 		// No answer in time, or the Transport closes: cancelled, the
 		// request ends at once.
-		f.cancel()
+		f.cancel(nil)
 		r = <-f.done
 	}
 	var lim limits

@@ -3,6 +3,7 @@ package ratecord_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -111,36 +112,90 @@ func (b *blockingBase) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // TestCallerLeavesBeforeTheWrite: a caller that gives up before its
-// request was written cancels it, as it would without the Transport.
+// request was written cancels it, as it would without the Transport, and
+// gets the reason it left: context.Canceled for a cancel,
+// context.DeadlineExceeded for a deadline, whatever the base transport
+// reports of the cancellation of its own context.
 func TestCallerLeavesBeforeTheWrite(t *testing.T) {
-	base := &blockingBase{started: make(chan struct{}, 1), ended: make(chan error, 1)}
-	tr := ratecord.NewTransport(base)
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://discord.com/api/v10/channels/1/messages", nil)
-	req.Header.Set("Authorization", "Bot token")
-	done := make(chan error, 1)
-	go func() {
-		_, err := tr.RoundTrip(req)
-		done <- err
-	}()
-	<-base.started
-	cancel()
-	select {
-	case err := <-base.ended:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("the base transport's request ended with %v; want context.Canceled", err)
+	leave := map[string]struct {
+		ctx  func(context.Context) (context.Context, context.CancelFunc)
+		want error
+	}{
+		"cancel": {context.WithCancel, context.Canceled},
+		"deadline": {func(parent context.Context) (context.Context, context.CancelFunc) {
+			// The deadline passes while the base holds the request.
+			return context.WithTimeout(parent, 50*time.Millisecond)
+		}, context.DeadlineExceeded},
+	}
+	for name, c := range leave {
+		t.Run(name, func(t *testing.T) {
+			// A stand-in base that reports its context's error, not its
+			// cause.
+			base := &blockingBase{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+			tr := ratecord.NewTransport(base)
+			defer tr.Close()
+			ctx, cancel := c.ctx(t.Context())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://discord.com/api/v10/channels/1/messages", nil)
+			req.Header.Set("Authorization", "Bot token")
+			done := make(chan error, 1)
+			go func() {
+				_, err := tr.RoundTrip(req)
+				done <- err
+			}()
+			<-base.started
+			if c.want == context.Canceled {
+				cancel()
+			}
+			select {
+			case err := <-base.ended:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("the base transport's request ended with %v; want context.Canceled", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the unwritten request was not cancelled within 5 s of its caller leaving")
+			}
+			if err := <-done; !errors.Is(err, c.want) {
+				t.Errorf("RoundTrip = %v; want %v", err, c.want)
+			}
+		})
+	}
+	t.Run("net/http deadline", func(t *testing.T) {
+		// A body that takes longer than the caller's deadline keeps the
+		// request from being written in time. (net/http waits for a body
+		// it is writing to return, so it must return.)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+		}))
+		defer srv.Close()
+		tr := realTransport(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		body := io.NopCloser(slowBody{time.After(500 * time.Millisecond)})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/v10/channels/1/messages", body)
+		req.Header.Set("Authorization", "Bot token")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatal("RoundTrip answered a request that was not written before its deadline")
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the unwritten request was not cancelled within 5 s of its caller leaving")
-	}
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("RoundTrip = %v; want context.Canceled", err)
-	}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("RoundTrip = %v; want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+// slowBody is a request body that ends, empty, when its channel fires.
+type slowBody struct{ end <-chan time.Time }
+
+func (b slowBody) Read([]byte) (int, error) {
+	<-b.end
+	return 0, io.EOF
 }
 
 // TestResponseBodyEndsWithItsCaller: the body of a response delivered to
-// its caller still ends when the caller's context does.
+// its caller still ends when the caller's context does, with the reason
+// the caller left.
 func TestResponseBodyEndsWithItsCaller(t *testing.T) {
 	flushed := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +207,7 @@ func TestResponseBodyEndsWithItsCaller(t *testing.T) {
 	}))
 	defer srv.Close()
 	tr := realTransport(t)
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancelCause(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/api/v10/channels/1/messages", nil)
 	req.Header.Set("Authorization", "Bot token")
 	resp, err := tr.RoundTrip(req)
@@ -170,11 +225,12 @@ func TestResponseBodyEndsWithItsCaller(t *testing.T) {
 		_, err := resp.Body.Read(buf)
 		read <- err
 	}()
-	cancel()
+	left := errors.New("the caller left")
+	cancel(left)
 	select {
 	case err := <-read:
-		if err == nil {
-			t.Error("read of a body after its caller left succeeded; want an error")
+		if !errors.Is(err, left) {
+			t.Errorf("read of a body after its caller left = %v; want the reason it left", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the body's read did not end within 5 s of its caller leaving")
