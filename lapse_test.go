@@ -27,6 +27,7 @@ type lapsingStore struct {
 	mu        sync.Mutex
 	retries   []bool // each claim's Retry, in order
 	cancelled int    // grants given back unsent
+	answers   []bool // when set, what Lapsed answers, in order (then false)
 }
 
 func (s *lapsingStore) Acquire(ctx context.Context, c store.Claim) (*store.Reservation, error) {
@@ -42,7 +43,19 @@ func (s *lapsingStore) Acquire(ctx context.Context, c store.Claim) (*store.Reser
 	return r, nil
 }
 
-func (s *lapsingStore) Lapsed(*store.Reservation) bool { return s.lapses.Add(-1) >= 0 }
+func (s *lapsingStore) Lapsed(*store.Reservation) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answers != nil {
+		if len(s.answers) == 0 {
+			return false
+		}
+		a := s.answers[0]
+		s.answers = s.answers[1:]
+		return a
+	}
+	return s.lapses.Add(-1) >= 0
+}
 
 func (s *lapsingStore) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
 	h, _ := r.Handle()
@@ -113,6 +126,59 @@ func TestLapsedGrantIsClaimedAgain(t *testing.T) {
 			}
 			if lapsed != tc.events {
 				t.Fatalf("%d EventLapsed; want %d (events %+v)", lapsed, tc.events, events)
+			}
+		})
+	}
+}
+
+// TestGrantLapsedAtTheHandOff: a grant good when the transport checked it
+// but lapsed by the time the base transport was to get the request (the
+// process frozen in between) is checked again just before the hand-off:
+// the request is not sent on it but claims again, with or without a
+// context that can end (handed off from a goroutine of its own, or not).
+func TestGrantLapsedAtTheHandOff(t *testing.T) {
+	t.Parallel()
+	for name, deadline := range map[string]bool{"no deadline": false, "deadline": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := &lapsingStore{Store: memstore.New()}
+			t.Cleanup(func() { st.Close() })
+			// The first grant: good at the check, lapsed at the hand-off.
+			st.answers = []bool{false, true}
+			mock := httpmock.NewMockTransport()
+			f := newFakeDiscord()
+			mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("msg", 10, time.Second, false))
+			var lapsed atomic.Int32
+			tr := ratecord.NewTransport(mock, ratecord.WithStore(st), ratecord.WithEventHandler(func(e ratecord.Event) {
+				if e.Kind == ratecord.EventLapsed {
+					lapsed.Add(1)
+				}
+			}))
+			t.Cleanup(func() { tr.Close() })
+			ctx := t.Context()
+			if deadline {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+			}
+			req, _ := http.NewRequestWithContext(ctx, "POST", api+"/channels/1/messages", nil)
+			req.Header.Set("Authorization", "Bot a")
+			resp, err := tr.RoundTrip(req)
+			mustOK(t, resp, err)
+			if n := mock.GetTotalCallCount(); n != 1 {
+				t.Fatalf("%d requests reached the server; want 1", n)
+			}
+			st.mu.Lock()
+			retries, cancelled := st.retries, st.cancelled
+			st.mu.Unlock()
+			if len(retries) != 2 || retries[0] || !retries[1] {
+				t.Errorf("claims' Retry = %v; want two claims, the second a retry's", retries)
+			}
+			if cancelled != 1 {
+				t.Errorf("%d grants given back unsent; want 1", cancelled)
+			}
+			if n := lapsed.Load(); n != 1 {
+				t.Errorf("%d EventLapsed; want 1", n)
 			}
 		})
 	}

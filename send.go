@@ -60,6 +60,8 @@ type inflight struct {
 	trace   httptrace.ClientTrace
 	done    chan roundTrip
 	body    sentBody
+	p       *store.Reservation // the request's grant
+	recheck bool               // whether run checks p has not lapsed
 }
 
 // wrote is the request's WroteRequest hook.
@@ -85,8 +87,13 @@ func (f *inflight) end() {
 	f.cancel(context.Cause(f.caller))
 }
 
-// run hands the request to the base transport.
+// run hands the request to the base transport, unless its grant lapsed
+// since send was called (see errLapsed).
 func (f *inflight) run() {
+	if f.recheck && f.p.Lapsed() {
+		f.done <- roundTrip{nil, errLapsed}
+		return
+	}
 	resp, err := f.t.base.RoundTrip(f.out)
 	f.done <- roundTrip{resp, err}
 }
@@ -97,17 +104,29 @@ func (f *inflight) release() {
 	f.cancel(nil)
 }
 
+// errLapsed is what send returns when out's grant lapsed between the
+// caller's check and the hand-off to the base transport: out was not sent,
+// and the caller claims again.
+var errLapsed = errors.New("ratecord: the grant lapsed before the request left")
+
 // send hands out to the base transport and returns what it returned.
 // detached reports that out's caller gave up after out was written: send
 // then returned the error of out's context, and reads the response in the
-// background, reporting it on p (which is no longer the caller's).
-func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey) (resp *http.Response, detached bool, err error) {
+// background, reporting it on p (which is no longer the caller's). With
+// recheck, send checks once more that p has not lapsed just before the
+// base transport gets out, and returns errLapsed if it has: the checks
+// before it run while the process may be descheduled, and what is left
+// between this one and the write is the base transport's own path.
+func (t *Transport) send(out *http.Request, p *store.Reservation, key routeKey, recheck bool) (resp *http.Response, detached bool, err error) {
 	ctx := out.Context()
 	if ctx.Done() == nil {
+		if recheck && p.Lapsed() {
+			return nil, false, errLapsed
+		}
 		resp, err := t.base.RoundTrip(out)
 		return resp, false, err
 	}
-	f := &inflight{t: t, caller: ctx, done: make(chan roundTrip, 1)}
+	f := &inflight{t: t, caller: ctx, done: make(chan roundTrip, 1), p: p, recheck: recheck}
 	f.trace.WroteRequest = f.wrote
 	f.ctx, f.cancel = context.WithCancelCause(httptrace.WithClientTrace(context.WithoutCancel(ctx), &f.trace))
 	f.out = out.WithContext(f.ctx)

@@ -187,35 +187,18 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			attempt--
 			continue
 		}
-		if permit.Lapsed() {
-			if lapses < maxLapses {
-				// The grant lapsed before the request could leave: the
-				// process was descheduled or frozen since (sent now, it
-				// might reach Discord after the store stopped counting it,
-				// in another window than the one it was granted in, or
-				// into a pause that began meanwhile), or a response since
-				// spent its bucket (a 429, a lowered limit), which sent
-				// now it would meet too. Give it back and claim again,
-				// keeping the request's place in line.
-				scope := store.ScopeUser
-				if permit.Claim.Global {
-					scope = store.ScopeGlobal
-				}
-				t.event(&tel, Event{Kind: EventLapsed, Route: key.route, Bucket: bucket, Scope: scope, Attempt: attempt})
-				level, msg := slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again"
-				if t.cfg.clock.Now().Before(permit.SendBy) {
-					// Not of age: taken back. Discord changed a limit, or
-					// another request met a 429 first; nothing is wrong
-					// with this process.
-					level, msg = slog.LevelInfo, "ratecord: a response since the grant spent its bucket; claiming again"
-				}
-				t.log.LogAttrs(ctx, level, msg, slog.String("route", key.route), slog.String("bucket", bucket))
-				permit.Recycle()
-				attempt--
-				lapsed = true
-				lapses++
-				continue
-			}
+		// A grant lapses while the process is descheduled or frozen: it
+		// is checked here, after every wait of the transport's own, and
+		// again by send just before the base transport gets the request.
+		recheck := lapses < maxLapses
+		if recheck && permit.Lapsed() {
+			t.lapse(ctx, &tel, permit, key, attempt)
+			attempt--
+			lapsed = true
+			lapses++
+			continue
+		}
+		if lapses >= maxLapses && permit.Lapsed() {
 			t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed again; sending on it (the store answers slower than half the global hold)",
 				slog.String("route", key.route), slog.String("bucket", bucket), slog.Int("lapses", lapses))
 		}
@@ -234,7 +217,18 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			return nil, err
 		}
 		sentAt := t.cfg.clock.Now()
-		resp, detached, err := t.send(tel.outgoing(out), permit, key)
+		resp, detached, err := t.send(tel.outgoing(out), permit, key, recheck)
+		if err == errLapsed {
+			// Lapsed between the check above and the hand-off: not sent.
+			if out != req {
+				closeBody(out)
+			}
+			t.lapse(ctx, &tel, permit, key, attempt)
+			attempt--
+			lapsed = true
+			lapses++
+			continue
+		}
 		if detached {
 			// The caller left after the request was written: its response
 			// is read, and reported, without it.
@@ -399,6 +393,29 @@ func (t *Transport) claim(key routeKey, req *http.Request, rc control) store.Cla
 		}
 	}
 	return c
+}
+
+// lapse gives back permit, whose grant lapsed before its request could
+// leave: the process was descheduled or frozen since (sent now, the request
+// might reach Discord after the store stopped counting it, in another
+// window than the one it was granted in, or into a pause that began
+// meanwhile), or a response since spent its bucket (a 429, a lowered
+// limit), which sent now it would meet too. The caller claims again,
+// keeping the request's place in line.
+func (t *Transport) lapse(ctx context.Context, tel *reqTelemetry, permit *store.Reservation, key routeKey, attempt int) {
+	scope := store.ScopeUser
+	if permit.Claim.Global {
+		scope = store.ScopeGlobal
+	}
+	t.event(tel, Event{Kind: EventLapsed, Route: key.route, Bucket: permit.Bucket, Scope: scope, Attempt: attempt})
+	level, msg := slog.LevelWarn, "ratecord: grant lapsed before the request left; claiming again"
+	if t.cfg.clock.Now().Before(permit.SendBy) {
+		// Not of age: taken back. Discord changed a limit, or another
+		// request met a 429 first; nothing is wrong with this process.
+		level, msg = slog.LevelInfo, "ratecord: a response since the grant spent its bucket; claiming again"
+	}
+	t.log.LogAttrs(ctx, level, msg, slog.String("route", key.route), slog.String("bucket", permit.Bucket))
+	permit.Recycle()
 }
 
 // prepare returns the request to send for an attempt: req itself the first
