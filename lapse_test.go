@@ -57,6 +57,22 @@ func (s *lapsingStore) Lapsed(*store.Reservation) bool {
 	return s.lapses.Add(-1) >= 0
 }
 
+// record returns each claim's Retry, in order, and how many grants were
+// given back unsent.
+func (s *lapsingStore) record() (retries []bool, cancelled int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.retries), s.cancelled
+}
+
+// lapseServer returns a mock Discord whose message route answers with a
+// bucket of 10 per second.
+func lapseServer() *httpmock.MockTransport {
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, newFakeDiscord().bucket("msg", 10, time.Second, false))
+	return mock
+}
+
 func (s *lapsingStore) Settle(ctx context.Context, r *store.Reservation, u store.Update) error {
 	h, _ := r.Handle()
 	if !u.Sent {
@@ -86,9 +102,7 @@ func TestLapsedGrantIsClaimedAgain(t *testing.T) {
 			st := &lapsingStore{Store: memstore.New()}
 			t.Cleanup(func() { st.Close() })
 			st.lapses.Store(int32(tc.lapses))
-			mock := httpmock.NewMockTransport()
-			f := newFakeDiscord()
-			mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("msg", 10, time.Second, false))
+			mock := lapseServer()
 			var mu sync.Mutex
 			var events []ratecord.Event
 			tr := ratecord.NewTransport(mock, ratecord.WithStore(st), ratecord.WithEventHandler(func(e ratecord.Event) {
@@ -104,9 +118,7 @@ func TestLapsedGrantIsClaimedAgain(t *testing.T) {
 			if n := mock.GetTotalCallCount(); n != 1 {
 				t.Fatalf("%d requests reached the server; want 1", n)
 			}
-			st.mu.Lock()
-			retries, cancelled := st.retries, st.cancelled
-			st.mu.Unlock()
+			retries, cancelled := st.record()
 			if len(retries) != tc.claims || retries[0] || slices.Contains(retries[1:], false) {
 				t.Fatalf("claims' Retry = %v; want %d claims, all but the first a retry's: a claim after a lapse keeps its place", retries, tc.claims)
 			}
@@ -145,9 +157,7 @@ func TestGrantLapsedAtTheHandOff(t *testing.T) {
 			t.Cleanup(func() { st.Close() })
 			// The first grant: good at the check, lapsed at the hand-off.
 			st.answers = []bool{false, true}
-			mock := httpmock.NewMockTransport()
-			f := newFakeDiscord()
-			mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("msg", 10, time.Second, false))
+			mock := lapseServer()
 			var lapsed atomic.Int32
 			tr := ratecord.NewTransport(mock, ratecord.WithStore(st), ratecord.WithEventHandler(func(e ratecord.Event) {
 				if e.Kind == ratecord.EventLapsed {
@@ -168,9 +178,7 @@ func TestGrantLapsedAtTheHandOff(t *testing.T) {
 			if n := mock.GetTotalCallCount(); n != 1 {
 				t.Fatalf("%d requests reached the server; want 1", n)
 			}
-			st.mu.Lock()
-			retries, cancelled := st.retries, st.cancelled
-			st.mu.Unlock()
+			retries, cancelled := st.record()
 			if len(retries) != 2 || retries[0] || !retries[1] {
 				t.Errorf("claims' Retry = %v; want two claims, the second a retry's", retries)
 			}

@@ -167,9 +167,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	var bo backoff.BackOff
 
-	lapsed, lapses := false, 0
+	lapses := 0
 	for attempt := 1; ; attempt++ {
-		claim.Retry = attempt > 1 || lapsed // a retry keeps its place in line
+		claim.Retry = attempt > 1 || lapses > 0 // a retry keeps its place in line
 		tel.queue(+1)
 		permit, err := t.store.Acquire(ctx, claim)
 		tel.queue(-1)
@@ -194,11 +194,10 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if recheck && permit.Lapsed() {
 			t.lapse(ctx, &tel, permit, key, attempt)
 			attempt--
-			lapsed = true
 			lapses++
 			continue
 		}
-		if lapses >= maxLapses && permit.Lapsed() {
+		if !recheck && permit.Lapsed() {
 			t.log.LogAttrs(ctx, slog.LevelWarn, "ratecord: grant lapsed again; sending on it (the store answers slower than half the global hold)",
 				slog.String("route", key.route), slog.String("bucket", bucket), slog.Int("lapses", lapses))
 		}
@@ -225,7 +224,6 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 			}
 			t.lapse(ctx, &tel, permit, key, attempt)
 			attempt--
-			lapsed = true
 			lapses++
 			continue
 		}
