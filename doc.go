@@ -15,12 +15,13 @@
 //  2. claims a slot from the store, waiting in arrival order while the
 //     bucket, the credential's global limit, or a pause ordered by a 429
 //     says so, and failing fast with a [*RateLimitError] when the wait would
-//     pass the request's deadline or [WithMaxWait];
+//     pass [WithMaxWait] or the moment the request must leave to come back
+//     by its deadline: the deadline less the transport's smoothed round
+//     trip (40 ms until its first response);
 //  3. sends the request through the wrapped transport, unless its deadline
-//     now leaves less than the transport's smoothed round trip (40 ms
-//     until its first response): its slot then goes back, and it fails
-//     with [context.DeadlineExceeded] rather than be counted by Discord
-//     and cancelled on its way;
+//     now leaves less than that round trip: its slot then goes back, and it
+//     fails with [context.DeadlineExceeded] rather than be counted by
+//     Discord and cancelled on its way;
 //  4. reports the response's rate-limit headers and 429 body to the store;
 //  5. sends a 429 again through a new claim, which waits exactly as long as
 //     Discord asked, and retries 5xx responses and network errors of

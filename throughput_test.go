@@ -318,6 +318,44 @@ func TestDeadlineShorterThanTheRoundTripIsNotSent(t *testing.T) {
 	mustOK(t, resp, err)
 }
 
+// TestDeadlineThatCannotOutliveTheWaitIsRefusedAtOnce: a request whose
+// deadline comes after its bucket reopens, but too soon after it for a
+// round trip, is refused when it claims, with the known wait, not when
+// the slot opens (it would be given back then: in a bucket shared through
+// Redis, every process's such waiter would claim at the reopening); the
+// slot goes to the next request.
+func TestDeadlineThatCannotOutliveTheWaitIsRefusedAtOnce(t *testing.T) {
+	f := newFakeDiscord()
+	f.delay = 300 * time.Millisecond
+	mock := httpmock.NewMockTransport()
+	mock.RegisterRegexpResponder("POST", messagesRE, f.bucket("m", 1, time.Second, false))
+	c, _ := newClient(t, mock)
+	// A round trip of 300 ms, measured; the bucket reopens about 1 s
+	// after the response.
+	resp, err := doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	mustOK(t, resp, err)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	_, err = doCtx(ctx, c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	took := time.Since(start)
+	var rl *ratecord.RateLimitError
+	if !errors.As(err, &rl) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("request with 1.2 s left, its bucket reopening in about 1 s, a round trip of 300 ms: %v; want a RateLimitError matching context.DeadlineExceeded", err)
+	}
+	if rl.RetryAfter < 500*time.Millisecond || took > 700*time.Millisecond {
+		t.Errorf("refused after %v with RetryAfter %v; want at once, with the known wait (about 1 s)", took, rl.RetryAfter)
+	}
+	if sent, _, _ := f.stats(); len(sent) != 1 {
+		t.Fatalf("server saw %d requests; want 1 (the short-deadline one not sent)", len(sent))
+	}
+	resp, err = doCtx(context.Background(), c, "POST", api+"/channels/1/messages", "Bot a", nil)
+	mustOK(t, resp, err)
+	if sent, _, _ := f.stats(); len(sent) != 2 || sent[1].status != 200 {
+		t.Fatalf("server saw %v; want a second request, answered 200", sent)
+	}
+}
+
 // TestDeadlineShorterThanAnyRoundTripIsNotSent: before its first response
 // a transport has measured no round trip, yet a request with a few
 // milliseconds left cannot come back from Discord in time (a process of

@@ -171,7 +171,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	for attempt := 1; ; attempt++ {
 		claim.Retry = attempt > 1 || lapses > 0 // a retry keeps its place in line
 		tel.queue(+1)
-		permit, err := t.store.Acquire(ctx, claim)
+		permit, err := t.acquire(ctx, claim)
 		tel.queue(-1)
 		if err != nil {
 			closeBody(req)
@@ -294,6 +294,32 @@ func (t *Transport) observeRTT(d time.Duration) {
 	t.rtt.Store(old + (int64(d)-old)/8)
 }
 
+// acquire claims a slot for claim. A request whose context has a
+// deadline claims with the deadline by which it must leave to come back in
+// time (its deadline less the smoothed round trip, see tooLate): a slot
+// that opens later would be given back unused, and the store, told so,
+// refuses such a waiter at once when it knows the wait, and never hands
+// it a slot that another process's waiter could use. The refusal is the
+// deadline's: errors.Is(err, context.DeadlineExceeded).
+func (t *Transport) acquire(ctx context.Context, claim store.Claim) (*store.Reservation, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return t.store.Acquire(ctx, claim)
+	}
+	leave, cancel := context.WithDeadline(ctx, dl.Add(-t.roundTrip()))
+	defer cancel()
+	return t.store.Acquire(leave, claim)
+}
+
+// roundTrip returns the smoothed round trip of the base transport, or
+// initialRTT before the first response.
+func (t *Transport) roundTrip() time.Duration {
+	if rtt := time.Duration(t.rtt.Load()); rtt > 0 {
+		return rtt
+	}
+	return initialRTT
+}
+
 // tooLate reports whether the deadline of ctx leaves less than the
 // smoothed round trip: a request sent now would likely be cancelled before
 // its response came, yet count at Discord (see [WithRequestMaxWait] for
@@ -303,11 +329,7 @@ func (t *Transport) tooLate(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	rtt := time.Duration(t.rtt.Load())
-	if rtt == 0 {
-		rtt = initialRTT
-	}
-	return dl.Sub(t.cfg.clock.Now()) < rtt
+	return dl.Sub(t.cfg.clock.Now()) < t.roundTrip()
 }
 
 // initialRTT stands for the round trip until a response came. A request

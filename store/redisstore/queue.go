@@ -35,6 +35,8 @@ type lqueue struct {
 	urgent    bool        // its last claim was in the urgent lane
 	turn      time.Time   // claim then, whatever notBefore and the gate say: a push named its turn in its line, or an urgent waiter came (zero: none)
 	lastUse   time.Time   // when a waiter last came or was served
+	missed    time.Time   // when a waiter last left without a slot: its deadline, MaxWait or NoWait came first
+	held      string      // the line whose turn, pushed while no waiter was there, the queue keeps for its callers that keep asking ("" none)
 
 	// A lease: slots a claim took beyond the queue's waiters, for the next
 	// ones to take without a round trip (see lease.go).
@@ -142,6 +144,7 @@ func (q *lqueue) due(head *store.Claim, now, until time.Time) []*waiter {
 		}
 		w.err = err
 		out = append(out, w)
+		q.missed = now
 	}
 	clear(q.waiters[len(kept):])
 	q.waiters = kept
@@ -157,11 +160,32 @@ func (q *lqueue) failDue(head *store.Claim, now, until time.Time, bucket string,
 	}
 }
 
+// keepAsking is how recently a waiter of a queue must have left without
+// a slot for the queue to count as asking again and again: its caller
+// retries (see lqueue.until).
+const keepAsking = time.Second
+
+// asking reports whether q's callers keep asking: a waiter of q left
+// without a slot in the last keepAsking.
+func (q *lqueue) asking(now time.Time) bool {
+	return !q.missed.IsZero() && now.Sub(q.missed) < keepAsking
+}
+
 // until returns the moment after which none of q's waiters waits any
 // longer (its deadline, or its start plus its MaxWait, the later over the
 // waiters), or zero when one of them waits without a bound. A place in a
-// line is worth holding no longer than that.
-func (q *lqueue) until() time.Time {
+// line is worth holding no longer than that, except for a queue whose
+// callers keep asking: one of its waiters left without a slot in the last
+// keepAsking. Its next waiter is as good as there when its turn comes, so
+// it holds its place as a waiter without a bound would, until its turn
+// plus the ticket grace (and gives it up when told its turn with no
+// waiter left). Without a place, every such process would claim whenever
+// the bucket reopens, each told the wait anew: a claim per process per
+// window, where the line serves them in turn with about one.
+func (q *lqueue) until(now time.Time) time.Time {
+	if len(q.waiters) > 0 && q.asking(now) {
+		return time.Time{}
+	}
 	var last time.Time
 	for _, w := range q.waiters {
 		end := w.deadline

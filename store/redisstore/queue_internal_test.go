@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,10 +32,23 @@ func TestQueueUntil(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := &lqueue{waiters: tt.waiters}
-			if got := q.until(); !got.Equal(tt.want) {
+			if got := q.until(t0); !got.Equal(tt.want) {
 				t.Errorf("until = %v; want %v", got, tt.want)
 			}
 		})
+	}
+	// A queue whose callers keep asking (a waiter left without a slot in
+	// the last keepAsking) holds its place as a waiter without a bound
+	// would; one whose last miss is older, or that has no waiter, does not.
+	short := func() []*waiter { return []*waiter{{start: at(1000), deadline: at(1200)}} }
+	if got := (&lqueue{waiters: short(), missed: at(500)}).until(at(1000)); !got.IsZero() {
+		t.Errorf("until, a waiter missed 500 ms ago = %v; want zero (no bound)", got)
+	}
+	if got := (&lqueue{waiters: short(), missed: at(-100)}).until(at(1000)); !got.Equal(at(1200)) {
+		t.Errorf("until, the last miss 1.1 s ago = %v; want the deadline %v", got, at(1200))
+	}
+	if q := (&lqueue{missed: at(900)}); !q.asking(at(1000)) || !q.until(at(1000)).IsZero() {
+		t.Errorf("a queue without waiters that missed 100 ms ago: asking %v; want true", q.asking(at(1000)))
 	}
 	if got := lifeOf(time.Time{}, t0); got != 0 {
 		t.Errorf("lifeOf(zero) = %d; want 0 (no bound)", got)
@@ -100,5 +114,58 @@ func TestPushFailsWaitersDueBefore(t *testing.T) {
 	}
 	if long.state != waiting || len(q.waiters) != 1 || q.waiters[0] != long {
 		t.Errorf("the waiter with a deadline in 5s: state %d, queue %d; want it still waiting, alone", long.state, len(q.waiters))
+	}
+}
+
+// TestPushKeepsTheTurnOfCallersThatKeepAsking: told its turn in a line,
+// a queue without a waiter whose callers keep asking (one left without a
+// slot a moment ago) keeps its place for the waiter it will have by then,
+// or soon after, and gives it up once its callers stop asking; a queue
+// whose callers stopped asking gives it up at once, telling the next.
+func TestPushKeepsTheTurnOfCallersThatKeepAsking(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		missed time.Duration // how long ago a waiter missed (0: never)
+		at     time.Duration // the push's turn
+		keep   bool
+	}{
+		{"asking, turn later", 100 * time.Millisecond, time.Second, true},
+		{"asking, turn now", 100 * time.Millisecond, 0, true},
+		{"stopped asking, turn later", 3 * time.Second, time.Second, false},
+		{"never missed, turn now", 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(nil)
+			defer s.Close()
+			ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
+				progress: make(chan struct{}), running: true}
+			s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+			q := ss.queue(qkey{route: "POST /channels/:id/messages", major: "channels/1"})
+			q.line = "L"
+			now := time.Now()
+			if tc.missed > 0 {
+				q.missed = now.Add(-tc.missed)
+			}
+			s.pushed(ss.tag, "L", tc.at)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if left := ss.leaves["L"]; left == tc.keep {
+				t.Fatalf("gives its place up at once: %v; want %v", left, !tc.keep)
+			}
+			if !tc.keep {
+				return
+			}
+			if at, idle := ss.nextWake(now); idle || !at.Equal(q.missed.Add(keepAsking)) {
+				t.Errorf("next wake %v (idle %v); want when its callers stop counting as asking, %v", at, idle, q.missed.Add(keepAsking))
+			}
+			if p := s.plan(ss, now); slices.Contains(p.leaves, "L") {
+				t.Errorf("a call while its callers ask gives the place up; want it kept")
+			}
+			// Its callers stop asking, no waiter came: the next call gives
+			// the place up.
+			if p := s.plan(ss, q.missed.Add(keepAsking)); !slices.Contains(p.leaves, "L") {
+				t.Errorf("a call once its callers stopped asking leaves %v; want the line L left", p.leaves)
+			}
+		})
 	}
 }

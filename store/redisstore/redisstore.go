@@ -346,6 +346,7 @@ func (s *Store) claim(ctx context.Context, c store.Claim, start time.Time, local
 		return grant{}, unavailable("claim", errStalled)
 	}
 	if werr := s.knownWait(ctx, ss, q, &c, start); werr != nil {
+		q.missed = start
 		s.mu.Unlock()
 		s.giveBackLocal(local)
 		return grant{}, werr
@@ -455,6 +456,9 @@ func (s *Store) wait(ctx context.Context, ss *session, q *lqueue, w *waiter) (gr
 	}
 	w.state = abandoned
 	q.remove(w)
+	if err != store.ErrClosed {
+		q.missed = now
+	}
 	s.mu.Unlock()
 	s.giveBackLocal(w.local)
 	return grant{}, werr

@@ -268,6 +268,14 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 	p := plan{lost: ss.lost}
 	var ready []*lqueue
 	for _, q := range ss.queues {
+		if q.held != "" && len(q.waiters) == 0 && !q.asking(now) {
+			// Its callers stopped asking before they used the turn it kept.
+			if ss.leaves == nil {
+				ss.leaves = make(map[string]bool)
+			}
+			ss.leaves[q.held] = true
+			q.held, q.turn = "", time.Time{}
+		}
 		s.serveLease(q, now)
 		if ss.ready(q, now) {
 			ready = append(ready, q)
@@ -302,11 +310,11 @@ func (s *Store) plan(ss *session, now time.Time) plan {
 				continue
 			}
 		}
-		q.turn = time.Time{}
+		q.turn, q.held = time.Time{}, ""
 		key := ss.cred + "\x00" + q.key.route
 		guess := s.guess(key)
 		p.claims = append(p.claims, planned{q: q, head: head, key: key, guess: guess,
-			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until(),
+			n: q.batch(s.maxBatch), extra: s.leaseFor(q, now), until: q.until(now),
 			sole: use.sole(q, guessedID(guess, q.key.route, q.key.major))})
 	}
 	if glimit == 0 {
@@ -355,6 +363,12 @@ func (ss *session) nextWake(now time.Time) (time.Time, bool) {
 			idle = false
 		}
 		if len(q.waiters) == 0 {
+			if q.held != "" {
+				// The turn it keeps goes to the next process if no waiter
+				// comes while its callers count as asking.
+				earlier(q.missed.Add(keepAsking))
+				idle = false
+			}
 			continue
 		}
 		idle = false
@@ -765,6 +779,7 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 					// full until then.
 					w.err = &store.WaitError{Bucket: hash, Scope: store.ScopeGlobal, RetryAfter: at.Sub(now), Err: err}
 					q.settle(w, failed)
+					q.missed = now
 					continue
 				}
 			}
@@ -905,7 +920,16 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 				}
 				q.failDue(nil, now, bound, q.hash, scope, at)
 			}
-			waiting = waiting || len(q.waiters) > 0
+			// A queue whose callers keep asking keeps the turn for the
+			// waiter it will have by then, or soon after (see
+			// lqueue.until), rather than tell the next process, whose
+			// callers may have stopped asking as well: told in a chain, the
+			// processes of a line would each make a call. It gives the
+			// turn up when its callers stop asking (see plan).
+			if len(q.waiters) == 0 && q.asking(now) {
+				q.held = name
+			}
+			waiting = waiting || len(q.waiters) > 0 || q.asking(now)
 		}
 	}
 	if !waiting {

@@ -108,8 +108,9 @@ local function pushGlobalHead()
 end
 
 -- Buckets whose line this call may have to tell, by key: {lk, lt (the
--- line's keys), name, opened (a report opened the bucket), retired (a
--- probe's route was learned)}.
+-- line's keys), name, opened (a report may have opened the bucket), retired (a
+-- probe's route was learned), before (when the bucket, closed, was to
+-- reopen before the call's reports: see reopen)}.
 local watched, watchOrder
 local function watch(key, lk, lt, name)
   local w = watched[key]
@@ -119,6 +120,14 @@ local function watch(key, lk, lt, name)
     watchOrder[#watchOrder + 1] = key
   end
   return w
+end
+
+-- reopen returns when b, closed, reopens by the passing of time alone as
+-- far as this call knows, a moment it may only have estimated (the reset
+-- of a window whose first request is still out); 0 when b is open.
+local function reopen(b)
+  if available(b, now) then return 0 end
+  return math.max(bound(b, now, 0), wakeAt(b, now))
 end
 
 -- wakeOf returns in how many ms b may grant by the passing of time alone:
@@ -219,6 +228,7 @@ local function update(k, a)
     if gkind ~= 2 and gb.lineUntil > now then
       gw = watch(GB, KEYS[k + 4], KEYS[k + 5], ARGV[a + 22])
       if available(gb, now) then gw.wasOpen = true end
+      if gw.before == nil then gw.before = reopen(gb) end
     end
   end
 
@@ -302,6 +312,7 @@ local function update(k, a)
   if target and tkey ~= GB and target.lineUntil > now then
     tw = watch(TB, KEYS[k + 6], KEYS[k + 7], ARGV[a + 23])
     if available(target, now) then tw.wasOpen = true end
+    if tw.before == nil then tw.before = reopen(target) end
   end
 
   -- The limits before the response, for telling a lowered one (spent).
@@ -903,7 +914,24 @@ local function sendPushes()
       end
     elseif w.opened then
       local rn = room(buckets[key].b, now, MAX_PUSH)
-      if rn > 0 then pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, rn, me) end
+      if rn > 0 then
+        pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, rn, me)
+      elseif w.before and w.before > 0 then
+        -- A response moved when the closed bucket reopens (its reset,
+        -- known now, where the grant of its window's first request had
+        -- estimated it): the first holder of its line, told the estimate
+        -- as its turn, is told the reopening, so that it claims once,
+        -- then. (This process, first, learns it from the call's reply.)
+        local at = reopen(buckets[key].b)
+        if at > now and at ~= w.before then
+          local line = lineLoad(w.lk, w.lt)
+          local first = line.ids[1]
+          if first and owner(first) ~= me then
+            push(chan, tag, owner(first), w.name, at - now)
+            lineRetime(line, first, at + grace)
+          end
+        end
+      end
     end
   end
   for _, key in ipairs(intentOrder) do

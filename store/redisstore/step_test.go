@@ -583,3 +583,52 @@ func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
 	waits("the bucket spent again, another queue of B in the window's line", soleBucket, waitUser, true, true)
 	waits("the bucket spent again, B waiting for the bucket alone", soleGlobal|soleBucket, waitUser, true, false)
 }
+
+// TestStepReportTellsTheNextHolderTheReopening: the grant of a window's
+// first request tells the next holder in line its turn at the reset it
+// estimates (the window opens when the request reaches Discord); the
+// response tells the reset, later: the report tells the first holder, so
+// that it claims once, at the reset, not at the estimate to be told the
+// rest.
+func TestStepReportTellsTheNextHolderTheReopening(t *testing.T) {
+	x := newStepper(t, "reopen")
+	r, prefix := x.claimOnly("", 1)
+	if r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("first claim = %+v; want one probe slot", r)
+	}
+	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "h", HasLimit: true, Limit: 1, Remaining: 0, ResetAfter: 300 * time.Millisecond}, x.next())
+	s := New(stepClient(t), WithPrefix(x.s.prefix))
+	t.Cleanup(func() { s.Close() })
+	b := &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
+	sub := stepClient(t).Subscribe(t.Context(), b.s.channelPrefix()+b.s.id)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(t.Context()); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	time.Sleep(350 * time.Millisecond) // the window is over
+
+	r, prefix = x.claimOnly("h", 1)
+	if r.kind != replyGrant || r.count != 1 {
+		t.Fatalf("X's claim in a new window = %+v; want its slot", r)
+	}
+	// B, a waiter without a bound, takes a place in line: its turn is the
+	// estimated reset, about a window away.
+	est, _ := b.claimOnly("h", 1)
+	if est.kind != replyWait || est.bound < 200 || est.bound > 400 {
+		t.Fatalf("B's claim = %+v; want a wait bound by the estimated reset, about 300 ms", est)
+	}
+	// X's response: the window resets 2 s from now.
+	x.report(x.permit(kindLearned, "h", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "h", HasLimit: true, Limit: 1, Remaining: 0, ResetAfter: 2 * time.Second}, x.next())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	m, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatalf("B was told nothing after X's response: %v; want its turn at the reset", err)
+	}
+	tag, name, at, ok := parsePush(m.Payload)
+	if !ok || tag != digest(x.claim.Credential) || name != est.line || at < 1900*time.Millisecond || at > 2100*time.Millisecond {
+		t.Fatalf("B was told %q; want its turn in line %q in about 2 s", m.Payload, est.line)
+	}
+}
