@@ -368,26 +368,30 @@ end
 -- report can end (a response, a slot given back), or whose turn the
 -- holders ahead of it moved, is told through its own channel, chan .. its
 -- id: the message names the credential (tag), the line, and in how many
--- ms its turn comes (0: now). Each holder is told once per call.
+-- ms its turn comes (0: now), and, when a probe's response taught the
+-- route's bucket, its hash, so that the waiters of the probe claim on it
+-- at once. Each holder is told once per call.
 local pushed
 
-local function push(chan, tag, id, name, at)
+local function push(chan, tag, id, name, at, hash)
   local k = id .. '\0' .. name
   if pushed[k] then return end
   pushed[k] = true
-  redis.call('PUBLISH', chan .. id, tag .. ' ' .. name .. ' ' .. math.max(0, math.ceil(at or 0)))
+  local msg = tag .. ' ' .. name .. ' ' .. math.max(0, math.ceil(at or 0))
+  if hash and hash ~= '' and not string.find(hash, '%s') then msg = msg .. ' ' .. hash end
+  redis.call('PUBLISH', chan .. id, msg)
 end
 
 -- pushHeads tells the processes of the first n tickets of line that are
 -- not process except's, and stand before position upto if given, that
--- their turn may have come.
-local function pushHeads(chan, tag, line, name, n, except, upto)
+-- their turn may have come (and the route's hash, if given).
+local function pushHeads(chan, tag, line, name, n, except, upto, hash)
   local told = 0
   for j, m in ipairs(line.ids) do
     if told >= n or (upto and j >= upto) then return end
     local id = owner(m)
     if id ~= except then
-      push(chan, tag, id, name, 0)
+      push(chan, tag, id, name, 0, hash)
       told = told + 1
     end
   end

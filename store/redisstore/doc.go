@@ -145,9 +145,14 @@
 // line would keep slots from the holders behind that it cannot use. A
 // ticket lives no longer than the waiters it holds for wait
 // (their deadlines, MaxWait): a claim whose waiters are all gone before
-// its turn can come (fail-fast callers on a spent bucket) takes none, so
+// its turn can come (a fail-fast caller on a spent bucket) takes none, so
 // no process is told a turn it can no longer use and gives it up, one
-// call each, to the next. A ticket also expires when its holder does not
+// call each, to the next. Callers that keep asking are the exception: a
+// queue one of whose waiters left without a slot in the last second holds
+// its place as a waiter without a bound would, and keeps a turn it is told
+// while it has no waiter for the next one, until its callers stop asking;
+// without a place, every process with such callers would claim whenever
+// the bucket reopens. A ticket also expires when its holder does not
 // claim it within [WithTicketGrace] of its expected turn; a process
 // waiting behind it looks again then, if sooner than its own fallback,
 // since a holder that stopped running (SIGSTOP, a VM's steal) tells no one
@@ -161,10 +166,14 @@
 // alone opens the counter (a reset, a drip). Only the processes whose turn
 // it is are told, so a push costs Redis one delivery however many
 // processes share the credential. A process told of its turn while none of
-// its waiters is left gives its place up, and the next one is told.
-// Pub/sub delivers at most once: a subscription that was down has every
-// queue ask again, and every wait has a fallback of its own
-// ([WithPushWait]), so a lost push costs time, never a wrong grant.
+// its waiters is left gives its place up, and the next one is told. A
+// response that moves when a closed bucket reopens (the reset it tells,
+// where a grant had estimated it) tells the first process of its line.
+// Pub/sub delivers at most once: a Store's first calls wait for its
+// subscription to be confirmed, a confirmation (after a reconnection too)
+// has every queue whose last call went before it ask again, and every
+// wait has a fallback of its own ([WithPushWait]), so a lost push costs
+// time, never a wrong grant.
 //
 // A grant lapses ([store.Reservation.Lapsed]) when a response that came
 // after it spent its bucket: a 429 paused it, or headers named a lower

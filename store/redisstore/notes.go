@@ -14,7 +14,8 @@ import (
 // A Store follows three channels, on one subscription:
 //
 //   - its own, channelPrefix() + its id, where the scripts push "<tag>
-//     <line> <ms>" when the turn of this process in a line it waits in (a
+//     <line> <ms>" (and " <hash>" after a probe's response taught the
+//     route's bucket) when the turn of this process in a line it waits in (a
 //     bucket, the global window, the requests of a kind) has come or moved:
 //     a report of another process opened the counter, or the process
 //     ahead took its turn and left room, or left the next opening to this
@@ -37,6 +38,32 @@ import (
 // (a reconnection) has every queue ask again, and every wait has a
 // deadline of its own ([WithPushWait]), so a lost push costs time, never a
 // wrong grant.
+
+// subscribeWait bounds how long a Store's first calls wait for its
+// subscription to be confirmed (see awaitSubscription).
+const subscribeWait = 100 * time.Millisecond
+
+// awaitSubscription waits, before a Store's first calls, until the
+// subscription to its own channel is confirmed, or subscribeWait passes,
+// or the Store closes: a call sent before may miss the push its reply
+// says to wait for, and once confirmed, the queues whose calls went
+// before ask again (resyncBefore), a second call each. Only the first
+// calls wait, about one Redis round trip: once a wait has ended, none
+// does, confirmed or not (a subscription that does not come only delays
+// pushes, and the waits that need them have deadlines of their own).
+func (s *Store) awaitSubscription() {
+	if s.subWaited.Load() {
+		return
+	}
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-s.subscribed:
+	case <-t.C:
+	case <-s.done:
+	}
+	s.subWaited.Store(true)
+}
 
 // procChannel is the channel the scripts push to for this Store.
 func (s *Store) procChannel() string { return s.channelPrefix() + s.id }
@@ -101,7 +128,11 @@ func (s *Store) follow(subscribe func(context.Context) *redis.PubSub) {
 				_ = s.readGates(s.ctx)
 				s.readInvalid()
 			case s.procChannel():
-				s.resync()
+				// A call sent from now on runs after the subscription:
+				// only the queues whose last call went before may have
+				// missed a push.
+				s.resyncBefore(time.Now())
+				s.subOnce.Do(func() { close(s.subscribed) })
 			}
 			continue
 		}
@@ -125,8 +156,8 @@ func (s *Store) note(channel, payload string) {
 		return
 	}
 	if channel != s.edgeChannel() {
-		if tag, name, at, ok := parsePush(payload); ok {
-			s.pushed(tag, name, at)
+		if tag, name, at, hash, ok := parsePush(payload); ok {
+			s.pushed(tag, name, at, hash)
 		}
 		return
 	}
@@ -166,17 +197,22 @@ func parseInvalidNote(p string) (int, time.Duration, bool) {
 	return n, time.Duration(ms) * time.Millisecond, true
 }
 
-// parsePush reads a push: the credential's tag, the line's name and in how
-// many milliseconds the receiver's turn comes, separated by spaces.
-func parsePush(p string) (tag, name string, at time.Duration, ok bool) {
-	tag, rest, ok1 := strings.Cut(p, " ")
-	name, ms, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || tag == "" || name == "" {
-		return "", "", 0, false
+// parsePush reads a push: the credential's tag, the line's name, in how
+// many milliseconds the receiver's turn comes and, after a probe's
+// response, the bucket hash its route maps to, separated by spaces.
+func parsePush(p string) (tag, name string, at time.Duration, hash string, ok bool) {
+	f := strings.Split(p, " ")
+	if len(f) != 3 && len(f) != 4 || f[0] == "" || f[1] == "" {
+		return "", "", 0, "", false
 	}
-	n, err := strconv.ParseInt(ms, 10, 64)
+	n, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || n < 0 || n > 86_400_000 {
-		return "", "", 0, false
+		return "", "", 0, "", false
 	}
-	return tag, name, time.Duration(n) * time.Millisecond, true
+	if len(f) == 4 {
+		if hash = f[3]; hash == "" {
+			return "", "", 0, "", false
+		}
+	}
+	return f[0], f[1], time.Duration(n) * time.Millisecond, hash, true
 }

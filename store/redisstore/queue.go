@@ -35,6 +35,7 @@ type lqueue struct {
 	urgent    bool        // its last claim was in the urgent lane
 	turn      time.Time   // claim then, whatever notBefore and the gate say: a push named its turn in its line, or an urgent waiter came (zero: none)
 	lastUse   time.Time   // when a waiter last came or was served
+	asked     time.Time   // when the call of its last claim was sent
 	missed    time.Time   // when a waiter last left without a slot: its deadline, MaxWait or NoWait came first
 	held      string      // the line whose turn, pushed while no waiter was there, the queue keeps for its callers that keep asking ("" none)
 

@@ -90,11 +90,11 @@ func TestPushFailsWaitersDueBefore(t *testing.T) {
 		q.add(w)
 	}
 
-	s.pushed(ss.tag, "L", 0)
+	s.pushed(ss.tag, "L", 0, "")
 	if len(q.waiters) != 3 {
 		t.Fatalf("a push for a turn that comes now left %d waiters; want all 3", len(q.waiters))
 	}
-	s.pushed(ss.tag, "L", time.Second)
+	s.pushed(ss.tag, "L", time.Second, "")
 	for _, tc := range []struct {
 		name string
 		w    *waiter
@@ -146,7 +146,7 @@ func TestPushKeepsTheTurnOfCallersThatKeepAsking(t *testing.T) {
 			if tc.missed > 0 {
 				q.missed = now.Add(-tc.missed)
 			}
-			s.pushed(ss.tag, "L", tc.at)
+			s.pushed(ss.tag, "L", tc.at, "")
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if left := ss.leaves["L"]; left == tc.keep {
@@ -168,4 +168,103 @@ func TestPushKeepsTheTurnOfCallersThatKeepAsking(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestParsePush: a push names the credential's tag, the line and the turn
+// in ms, and may name the route's bucket; anything else is dropped.
+func TestParsePush(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		at   time.Duration
+		hash string
+	}{
+		{"t L 0", true, 0, ""},
+		{"t L 250", true, 250 * time.Millisecond, ""},
+		{"t L 0 abc123", true, 0, "abc123"},
+		{"t L", false, 0, ""},
+		{"t L 0 abc 1", false, 0, ""},
+		{"t L 0 ", false, 0, ""},
+		{"t L -1", false, 0, ""},
+		{"t L x", false, 0, ""},
+		{"t L 86400001", false, 0, ""},
+		{" L 0", false, 0, ""},
+		{"", false, 0, ""},
+	} {
+		tag, name, at, hash, ok := parsePush(tc.in)
+		if ok != tc.ok || ok && (tag != "t" || name != "L" || at != tc.at || hash != tc.hash) {
+			t.Errorf("parsePush(%q) = %q %q %v %q %v; want ok %v, turn %v, hash %q", tc.in, tag, name, at, hash, ok, tc.ok, tc.at, tc.hash)
+		}
+	}
+}
+
+// TestPushTellsTheBucket: a push that names the route's bucket sets the
+// hash the queues of its line claim on next.
+func TestPushTellsTheBucket(t *testing.T) {
+	s := New(nil)
+	defer s.Close()
+	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
+		progress: make(chan struct{}), running: true}
+	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	q := ss.queue(qkey{route: "POST /channels/:id/messages", major: "channels/1"})
+	q.line = "P"
+	q.add(&waiter{ready: make(chan struct{}), start: time.Now()})
+	s.pushed(ss.tag, "P", 0, "abc123")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if got := s.guess(ss.cred + "\x00" + q.key.route); got != "abc123" {
+		t.Errorf("the route's hash after the push = %q; want abc123", got)
+	}
+}
+
+// TestResyncBeforeKeepsWhatLaterCallsLearned: a subscription confirmed at
+// a moment has the queues whose last call went before it ask again (a
+// push meant for them may have been published before it), and keeps what
+// the calls sent after it learned; a resync without a moment (Redis came
+// back) has every queue ask again.
+func TestResyncBeforeKeepsWhatLaterCallsLearned(t *testing.T) {
+	s := New(nil)
+	defer s.Close()
+	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
+		progress: make(chan struct{}), running: true}
+	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	now := time.Now()
+	confirmed := now.Add(-10 * time.Millisecond)
+	early := ss.queue(qkey{route: "A", major: "channels/1"})
+	late := ss.queue(qkey{route: "B", major: "channels/1"})
+	for _, q := range []*lqueue{early, late} {
+		q.notBefore, q.bound = now.Add(time.Second), now.Add(time.Second)
+	}
+	early.asked, late.asked = confirmed.Add(-time.Millisecond), confirmed.Add(time.Millisecond)
+	ss.gate, ss.gateBound, ss.gateAsked = now.Add(time.Second), now.Add(time.Second), confirmed.Add(time.Millisecond)
+
+	s.resyncBefore(confirmed)
+	if !early.notBefore.IsZero() || !early.bound.IsZero() {
+		t.Errorf("a queue asked before the subscription: wait %v, bound %v; want it asking again", early.notBefore, early.bound)
+	}
+	if late.notBefore.IsZero() || late.bound.IsZero() || ss.gate.IsZero() {
+		t.Errorf("a queue asked after the subscription: wait %v, bound %v, gate %v; want what it learned kept", late.notBefore, late.bound, ss.gate)
+	}
+	s.resync()
+	if !late.notBefore.IsZero() || !ss.gate.IsZero() {
+		t.Errorf("after a full resync: wait %v, gate %v; want every queue asking again", late.notBefore, ss.gate)
+	}
+}
+
+// TestFirstCallWaitsForTheSubscription: a Store's first call goes once its
+// subscription is confirmed, so that no push its reply says to wait for is
+// published before the Store listens.
+func TestFirstCallWaitsForTheSubscription(t *testing.T) {
+	s := New(stepClient(t), WithPrefix("ratecordtest:subwait:"+time.Now().Format(time.RFC3339Nano)))
+	defer s.Close()
+	p, err := s.Acquire(t.Context(), store.Claim{Credential: "bot", Route: "GET /users/@me", Major: "users/@me"})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	select {
+	case <-s.subscribed:
+	default:
+		t.Error("the first claim was answered before the subscription was confirmed")
+	}
+	p.Recycle()
 }

@@ -87,6 +87,13 @@ type Store struct {
 	degraded atomic.Bool
 	stalled  atomic.Int32 // calls that outlasted the call timeout and have not returned
 
+	// subscribed is closed when the subscription to the Store's own
+	// channel is first confirmed; subWaited is set once a driver has
+	// waited for that (see awaitSubscription).
+	subscribed chan struct{}
+	subOnce    sync.Once
+	subWaited  atomic.Bool
+
 	invalid      invalidGuard
 	invalidGroup string
 
@@ -145,6 +152,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		ctx:            ctx,
 		cancel:         cancel,
 		done:           make(chan struct{}),
+		subscribed:     make(chan struct{}),
 		freezes:        newFreezeWatch(nil),
 	}
 	s.invalid.kick = make(chan struct{}, 1)

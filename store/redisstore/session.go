@@ -33,6 +33,7 @@ type session struct {
 	// which the last refusal named; the wait lasts until gateBound at least.
 	gate, gateBound time.Time
 	gatePushed      time.Time            // when a push for the global window last came
+	gateAsked       time.Time            // when the call whose reply set the gate was sent
 	pushes          map[string]time.Time // line -> when a push for it last came, the last few seconds
 	// leaves are the lines whose turn came (a push) while no waiter of
 	// this process was left for it: the next call gives the places up.
@@ -447,6 +448,7 @@ func (s *Store) drive(ss *session) {
 		}
 		ss.idle = time.Time{}
 		s.mu.Unlock()
+		s.awaitSubscription()
 		s.send(ss, &p)
 	}
 }
@@ -710,6 +712,7 @@ func (s *Store) wakeLocal(ss *session, it *update, wake int64, now time.Time) {
 // must be held.
 func (s *Store) answer(ss *session, c *planned, r claimReply, now, sent time.Time) {
 	q := c.q
+	q.asked = sent
 	q.urgent = c.head.Priority == store.PriorityUrgent
 	q.push = r.kind == replyWait && r.push && r.scope != waitGlobal
 	switch r.kind {
@@ -814,7 +817,7 @@ func (s *Store) grant(ss *session, c *planned, r claimReply, now, sent time.Time
 		if c.head.Global && len(r.delays) > 0 {
 			q.global, scope = true, store.ScopeGlobal
 			if ss.gate.Before(next) {
-				ss.gate = next
+				ss.gate, ss.gateAsked = next, sent
 			}
 		} else {
 			q.notBefore, q.bound, q.scope = next, next, scope
@@ -849,7 +852,7 @@ func (s *Store) waitFor(ss *session, c *planned, r claimReply, now, sent time.Ti
 		// The global window holds every claim of the credential that
 		// counts against it, not this queue's others.
 		q.global = true
-		ss.gate, ss.gateBound = at, bound
+		ss.gate, ss.gateBound, ss.gateAsked = at, bound, sent
 		if ss.gatePushed.After(sent) {
 			ss.gate = time.Time{}
 		}
@@ -873,8 +876,10 @@ func (s *Store) waitFor(ss *session, c *planned, r claimReply, now, sent time.Ti
 
 // pushed applies a push: the turn of this process in the line name of
 // the credential tag comes in at (0: now). A push for the global window
-// moves the gate.
-func (s *Store) pushed(tag, name string, at time.Duration) {
+// moves the gate. hash, when set, is the bucket the route of the probe
+// that the line's queues waited for maps to: they claim on it at once,
+// rather than be told so by a reply of their own.
+func (s *Store) pushed(tag, name string, at time.Duration, hash string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss := s.byTag[tag]
@@ -906,6 +911,9 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 	waiting := false
 	for _, q := range ss.queues {
 		if q.line == name || name == globalLine && q.global {
+			if hash != "" && name != globalLine {
+				s.setGuess(ss.cred+"\x00"+q.key.route, hash)
+			}
 			q.notBefore, q.bound = turn, bound
 			// The turn in this line is what the push says, whatever the
 			// other line (the global window's, or the bucket's) the queue
@@ -952,15 +960,24 @@ func (s *Store) pushed(tag, name string, at time.Duration) {
 }
 
 // resync has every queue of every session ask again: pushes may have been
-// lost (the subscription was down).
-func (s *Store) resync() {
+// lost (Redis was away).
+func (s *Store) resync() { s.resyncBefore(time.Time{}) }
+
+// resyncBefore has every queue of every session whose last call was sent
+// before since (zero: every queue) ask again: the pushes that concern them
+// may have been lost (the subscription was down, or not yet there).
+func (s *Store) resyncBefore(since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.resyncs.Add(1)
 	for _, ss := range s.sessions {
-		ss.gate, ss.gateBound = time.Time{}, time.Time{}
+		if since.IsZero() || ss.gateAsked.Before(since) {
+			ss.gate, ss.gateBound = time.Time{}, time.Time{}
+		}
 		for _, q := range ss.queues {
-			q.notBefore, q.bound = time.Time{}, time.Time{}
+			if since.IsZero() || q.asked.Before(since) {
+				q.notBefore, q.bound = time.Time{}, time.Time{}
+			}
 		}
 		ss.kick()
 	}

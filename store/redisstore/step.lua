@@ -109,7 +109,7 @@ end
 
 -- Buckets whose line this call may have to tell, by key: {lk, lt (the
 -- line's keys), name, opened (a report may have opened the bucket), retired (a
--- probe's route was learned), before (when the bucket, closed, was to
+-- probe's route was learned; hash, the bucket it maps to), before (when the bucket, closed, was to
 -- reopen before the call's reports: see reopen)}.
 local watched, watchOrder
 local function watch(key, lk, lt, name)
@@ -297,7 +297,10 @@ local function update(k, a)
       if gkind == 1 then
         -- The probe's route is learned: whoever waited for it asks again.
         gb.retired = true
-        if gw then gw.retired = true end
+        if gw then
+          gw.retired = true
+          if learned == 1 then gw.hash = ubucket end
+        end
       end
     end
     if ubucket ~= '' then
@@ -895,7 +898,7 @@ local function sendPushes()
   for _, key in ipairs(watchOrder) do
     local w = watched[key]
     if w.retired then
-      pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, 4 * MAX_PUSH, me)
+      pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, 4 * MAX_PUSH, me, nil, w.hash)
     elseif w.left then
       -- The turn this process gave up: the next holder's.
       local b, line = buckets[key].b, lineLoad(w.lk, w.lt)

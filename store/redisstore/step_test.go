@@ -627,8 +627,49 @@ func TestStepReportTellsTheNextHolderTheReopening(t *testing.T) {
 	if err != nil {
 		t.Fatalf("B was told nothing after X's response: %v; want its turn at the reset", err)
 	}
-	tag, name, at, ok := parsePush(m.Payload)
-	if !ok || tag != digest(x.claim.Credential) || name != est.line || at < 1900*time.Millisecond || at > 2100*time.Millisecond {
+	tag, name, at, hash, ok := parsePush(m.Payload)
+	if !ok || hash != "" || tag != digest(x.claim.Credential) || name != est.line || at < 1900*time.Millisecond || at > 2100*time.Millisecond {
 		t.Fatalf("B was told %q; want its turn in line %q in about 2 s", m.Payload, est.line)
+	}
+}
+
+// TestStepProbeAnswerTellsTheBucket: the processes that waited for a
+// route's probe are told, with their turn, the bucket the probe's response
+// mapped the route to, so that they claim on it at once rather than be told
+// so by a reply of their own.
+func TestStepProbeAnswerTellsTheBucket(t *testing.T) {
+	x := newStepper(t, "probehash")
+	r, prefix := x.claimOnly("", 1)
+	if r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("first claim = %+v; want one probe slot", r)
+	}
+	s := New(stepClient(t), WithPrefix(x.s.prefix))
+	t.Cleanup(func() { s.Close() })
+	b := &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
+	sub := stepClient(t).Subscribe(t.Context(), b.s.channelPrefix()+b.s.id)
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(t.Context()); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	w, _ := b.claimOnly("", 1)
+	if w.kind != replyWait || !w.push {
+		t.Fatalf("B's claim while the probe is out = %+v; want a wait for a push", w)
+	}
+	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "abc123", HasLimit: true, Limit: 5, Remaining: 4, ResetAfter: 5 * time.Second}, x.next())
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	m, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatalf("B was told nothing after the probe's response: %v", err)
+	}
+	tag, name, at, hash, ok := parsePush(m.Payload)
+	if !ok || tag != digest(x.claim.Credential) || name != w.line || at != 0 || hash != "abc123" {
+		t.Fatalf("B was told %q; want its turn in line %q now, with the bucket abc123", m.Payload, w.line)
+	}
+	// Told the bucket, B's claim on it is served: no reply of its own
+	// needs to tell it.
+	if r, _ := b.claimOnly(hash, 1); r.kind != replyGrant || r.bkind != kindLearned {
+		t.Fatalf("B's claim on the bucket it was told = %+v; want a slot of it", r)
 	}
 }
