@@ -69,10 +69,7 @@ func TestQueueUntil(t *testing.T) {
 // at once, and keeps the others; a push for a turn that comes now fails
 // none.
 func TestPushFailsWaitersDueBefore(t *testing.T) {
-	s := New(nil)
-	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
-		progress: make(chan struct{}), running: true}
-	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	s, ss := testSession(t)
 	now := time.Now()
 	newWaiter := func(c store.Claim, deadline time.Duration) *waiter {
 		w := &waiter{claim: c, ready: make(chan struct{}), start: now}
@@ -135,11 +132,7 @@ func TestPushKeepsTheTurnOfCallersThatKeepAsking(t *testing.T) {
 		{"never missed, turn now", 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(nil)
-			defer s.Close()
-			ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
-				progress: make(chan struct{}), running: true}
-			s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+			s, ss := testSession(t)
 			q := ss.queue(qkey{route: "POST /channels/:id/messages", major: "channels/1"})
 			q.line = "L"
 			now := time.Now()
@@ -201,11 +194,7 @@ func TestParsePush(t *testing.T) {
 // TestPushTellsTheBucket: a push that names the route's bucket sets the
 // hash the queues of its line claim on next.
 func TestPushTellsTheBucket(t *testing.T) {
-	s := New(nil)
-	defer s.Close()
-	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
-		progress: make(chan struct{}), running: true}
-	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	s, ss := testSession(t)
 	q := ss.queue(qkey{route: "POST /channels/:id/messages", major: "channels/1"})
 	q.line = "P"
 	q.add(&waiter{ready: make(chan struct{}), start: time.Now()})
@@ -223,11 +212,7 @@ func TestPushTellsTheBucket(t *testing.T) {
 // the calls sent after it learned; a resync without a moment (Redis came
 // back) has every queue ask again.
 func TestResyncBeforeKeepsWhatLaterCallsLearned(t *testing.T) {
-	s := New(nil)
-	defer s.Close()
-	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
-		progress: make(chan struct{}), running: true}
-	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	s, ss := testSession(t)
 	now := time.Now()
 	confirmed := now.Add(-10 * time.Millisecond)
 	early := ss.queue(qkey{route: "A", major: "channels/1"})
@@ -267,4 +252,16 @@ func TestFirstCallWaitsForTheSubscription(t *testing.T) {
 		t.Error("the first claim was answered before the subscription was confirmed")
 	}
 	p.Recycle()
+}
+
+// testSession returns a Store without a Redis client, closed when t ends,
+// and a session of it for the credential "bot" (tag "t") whose driver
+// counts as running, so that nothing calls Redis.
+func testSession(t *testing.T) (*Store, *session) {
+	s := New(nil)
+	t.Cleanup(func() { s.Close() })
+	ss := &session{cred: "bot", tag: "t", queues: make(map[qkey]*lqueue), wakeup: make(chan struct{}, 1),
+		progress: make(chan struct{}), running: true}
+	s.sessions[ss.cred], s.byTag[ss.tag] = ss, ss
+	return s, ss
 }

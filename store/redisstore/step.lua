@@ -108,9 +108,10 @@ local function pushGlobalHead()
 end
 
 -- Buckets whose line this call may have to tell, by key: {lk, lt (the
--- line's keys), name, opened (a report may have opened the bucket), retired (a
--- probe's route was learned; hash, the bucket it maps to), before (when the bucket, closed, was to
--- reopen before the call's reports: see reopen)}.
+-- line's keys), name, opened (a report may have opened the bucket),
+-- retired (a probe's route was learned; hash, the bucket it maps to),
+-- before (when the closed bucket was to reopen before the call's reports:
+-- see reopen)}.
 local watched, watchOrder
 local function watch(key, lk, lt, name)
   local w = watched[key]

@@ -112,14 +112,18 @@ func (sp *stepper) permit(kind int, hash, member string) *permit {
 
 // learn probes the route and reports a bucket of 2 per 10 s with one
 // slot left.
-func (sp *stepper) learn() {
+func (sp *stepper) learn() { sp.learnAs(2, 1, 10*time.Second) }
+
+// learnAs probes the route and reports the bucket "h" with limit slots,
+// remaining of them left, resetting after reset.
+func (sp *stepper) learnAs(limit, remaining int, reset time.Duration) {
 	sp.t.Helper()
 	r, prefix := sp.claimOnly("", 1)
 	if r.kind != replyGrant || r.count != 1 || r.bkind != kindProbe {
 		sp.t.Fatalf("first claim = %+v; want one probe slot", r)
 	}
 	sp.report(sp.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
-		Bucket: "h", HasLimit: true, Limit: 2, Remaining: 1, ResetAfter: 10 * time.Second}, sp.next())
+		Bucket: "h", HasLimit: true, Limit: limit, Remaining: remaining, ResetAfter: reset}, sp.next())
 }
 
 // TestStepAppliesReportsOnce sends the same report twice, as a driver does
@@ -315,12 +319,7 @@ func TestStepWaitsBehindTicketsUntilTheyExpire(t *testing.T) {
 // running kept each other calling Redis as fast as it answered.
 func TestStepTellsOnlyHoldersAhead(t *testing.T) {
 	x := newStepper(t, "ahead")
-	r, prefix := x.claimOnly("", 1)
-	if r.kind != replyGrant || r.bkind != kindProbe {
-		t.Fatalf("first claim = %+v; want one probe slot", r)
-	}
-	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
-		Bucket: "h", HasLimit: true, Limit: 3, Remaining: 2, ResetAfter: 10 * time.Second}, x.next())
+	x.learnAs(3, 2, 10*time.Second)
 	other := func() *stepper {
 		s := New(stepClient(t), WithPrefix(x.s.prefix))
 		t.Cleanup(func() { s.Close() })
@@ -330,7 +329,7 @@ func TestStepTellsOnlyHoldersAhead(t *testing.T) {
 
 	// X takes the last two slots and waits for three more, then gives
 	// both back: the free slots are X's to take, and X does not.
-	r, prefix = x.claimOnly("h", 5)
+	r, prefix := x.claimOnly("h", 5)
 	if r.kind != replyGrant || r.count != 2 {
 		t.Fatalf("X's claim of 5 = %+v; want the last two slots", r)
 	}
@@ -592,23 +591,11 @@ func TestStepHoldsOnlyTheLineItWaitsIn(t *testing.T) {
 // rest.
 func TestStepReportTellsTheNextHolderTheReopening(t *testing.T) {
 	x := newStepper(t, "reopen")
-	r, prefix := x.claimOnly("", 1)
-	if r.kind != replyGrant || r.bkind != kindProbe {
-		t.Fatalf("first claim = %+v; want one probe slot", r)
-	}
-	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
-		Bucket: "h", HasLimit: true, Limit: 1, Remaining: 0, ResetAfter: 300 * time.Millisecond}, x.next())
-	s := New(stepClient(t), WithPrefix(x.s.prefix))
-	t.Cleanup(func() { s.Close() })
-	b := &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
-	sub := stepClient(t).Subscribe(t.Context(), b.s.channelPrefix()+b.s.id)
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(t.Context()); err != nil {
-		t.Fatalf("subscribe: %v", err)
-	}
+	x.learnAs(1, 0, 300*time.Millisecond)
+	b, next := pushedOther(t, x)
 	time.Sleep(350 * time.Millisecond) // the window is over
 
-	r, prefix = x.claimOnly("h", 1)
+	r, prefix := x.claimOnly("h", 1)
 	if r.kind != replyGrant || r.count != 1 {
 		t.Fatalf("X's claim in a new window = %+v; want its slot", r)
 	}
@@ -621,15 +608,9 @@ func TestStepReportTellsTheNextHolderTheReopening(t *testing.T) {
 	// X's response: the window resets 2 s from now.
 	x.report(x.permit(kindLearned, "h", prefix+"1"), store.Update{Sent: true, Status: 200,
 		Bucket: "h", HasLimit: true, Limit: 1, Remaining: 0, ResetAfter: 2 * time.Second}, x.next())
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	m, err := sub.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatalf("B was told nothing after X's response: %v; want its turn at the reset", err)
-	}
-	tag, name, at, hash, ok := parsePush(m.Payload)
-	if !ok || hash != "" || tag != digest(x.claim.Credential) || name != est.line || at < 1900*time.Millisecond || at > 2100*time.Millisecond {
-		t.Fatalf("B was told %q; want its turn in line %q in about 2 s", m.Payload, est.line)
+	tag, name, at, hash, payload := next()
+	if hash != "" || tag != digest(x.claim.Credential) || name != est.line || at < 1900*time.Millisecond || at > 2100*time.Millisecond {
+		t.Fatalf("B was told %q; want its turn in line %q in about 2 s", payload, est.line)
 	}
 }
 
@@ -643,6 +624,29 @@ func TestStepProbeAnswerTellsTheBucket(t *testing.T) {
 	if r.kind != replyGrant || r.bkind != kindProbe {
 		t.Fatalf("first claim = %+v; want one probe slot", r)
 	}
+	b, next := pushedOther(t, x)
+	w, _ := b.claimOnly("", 1)
+	if w.kind != replyWait || !w.push {
+		t.Fatalf("B's claim while the probe is out = %+v; want a wait for a push", w)
+	}
+	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
+		Bucket: "abc123", HasLimit: true, Limit: 5, Remaining: 4, ResetAfter: 5 * time.Second}, x.next())
+	tag, name, at, hash, payload := next()
+	if tag != digest(x.claim.Credential) || name != w.line || at != 0 || hash != "abc123" {
+		t.Fatalf("B was told %q; want its turn in line %q now, with the bucket abc123", payload, w.line)
+	}
+	// Told the bucket, B's claim on it is served: no reply of its own
+	// needs to tell it.
+	if r, _ := b.claimOnly(hash, 1); r.kind != replyGrant || r.bkind != kindLearned {
+		t.Fatalf("B's claim on the bucket it was told = %+v; want a slot of it", r)
+	}
+}
+
+// pushedOther returns another process of x's credential, subscribed to its
+// own channel, and a function that returns the next push it is told,
+// failing t when none comes within a second.
+func pushedOther(t *testing.T, x *stepper) (*stepper, func() (tag, name string, at time.Duration, hash string, payload string)) {
+	t.Helper()
 	s := New(stepClient(t), WithPrefix(x.s.prefix))
 	t.Cleanup(func() { s.Close() })
 	b := &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
@@ -651,25 +655,18 @@ func TestStepProbeAnswerTellsTheBucket(t *testing.T) {
 	if _, err := sub.Receive(t.Context()); err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
-	w, _ := b.claimOnly("", 1)
-	if w.kind != replyWait || !w.push {
-		t.Fatalf("B's claim while the probe is out = %+v; want a wait for a push", w)
-	}
-	x.report(x.permit(kindProbe, "", prefix+"1"), store.Update{Sent: true, Status: 200,
-		Bucket: "abc123", HasLimit: true, Limit: 5, Remaining: 4, ResetAfter: 5 * time.Second}, x.next())
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	m, err := sub.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatalf("B was told nothing after the probe's response: %v", err)
-	}
-	tag, name, at, hash, ok := parsePush(m.Payload)
-	if !ok || tag != digest(x.claim.Credential) || name != w.line || at != 0 || hash != "abc123" {
-		t.Fatalf("B was told %q; want its turn in line %q now, with the bucket abc123", m.Payload, w.line)
-	}
-	// Told the bucket, B's claim on it is served: no reply of its own
-	// needs to tell it.
-	if r, _ := b.claimOnly(hash, 1); r.kind != replyGrant || r.bkind != kindLearned {
-		t.Fatalf("B's claim on the bucket it was told = %+v; want a slot of it", r)
+	return b, func() (string, string, time.Duration, string, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("the other process was told nothing: %v", err)
+		}
+		tag, name, at, hash, ok := parsePush(m.Payload)
+		if !ok {
+			t.Fatalf("the other process was told %q, not a push", m.Payload)
+		}
+		return tag, name, at, hash, m.Payload
 	}
 }
