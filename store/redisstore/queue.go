@@ -184,7 +184,7 @@ func (q *lqueue) asking(now time.Time) bool {
 // the bucket reopens, each told the wait anew: a claim per process per
 // window, where the line serves them in turn with about one.
 func (q *lqueue) until(now time.Time) time.Time {
-	if len(q.waiters) > 0 && q.asking(now) {
+	if q.asking(now) {
 		return time.Time{}
 	}
 	var last time.Time

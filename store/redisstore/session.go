@@ -934,10 +934,11 @@ func (s *Store) pushed(tag, name string, at time.Duration, hash string) {
 			// callers may have stopped asking as well: told in a chain, the
 			// processes of a line would each make a call. It gives the
 			// turn up when its callers stop asking (see plan).
-			if len(q.waiters) == 0 && q.asking(now) {
+			asking := q.asking(now)
+			if len(q.waiters) == 0 && asking {
 				q.held = name
 			}
-			waiting = waiting || len(q.waiters) > 0 || q.asking(now)
+			waiting = waiting || len(q.waiters) > 0 || asking
 		}
 	}
 	if !waiting {
