@@ -164,11 +164,14 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 
 	if !q.exempt && s.globalLimit > 0 {
 		key := counterKey{kind: kindGlobal, cred: q.cred}
-		if ok, wait := take(s.counter(key, false), now, s.limitsFor(key)); !ok {
-			res.status, res.scope, res.retry, res.avoidable = http.StatusTooManyRequests, ScopeGlobal, wait, true
+		gc, gl := s.counter(key, false), s.limitsFor(key)
+		if ok, wait := take(gc, now, gl); !ok {
+			res.status, res.scope, res.retry = http.StatusTooManyRequests, ScopeGlobal, wait
+			res.avoidable = !q.frozen && !s.lateFilled(key, gc, now, gl)
 			s.countInvalid(q.ip, now)
 			return res
 		}
+		s.addLate(q, key, now, gl)
 	}
 
 	var c counter
@@ -194,7 +197,9 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 				key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
 				res.avoidable = s.toldToWait(key, &res, q, now, back, wait)
 			default:
-				res.avoidable = s.knewAny(s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}], q)
+				key := counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}
+				res.avoidable = !q.frozen && !s.lateFilled(key, c, now, l) &&
+					s.knewAny(s.delivered[deliveredKey{cred: q.cred, hash: b.Hash, route: res.route}], q)
 			}
 			s.countInvalid(q.ip, now)
 			s.announce(&res, q, b, c, l, now, back)
@@ -222,6 +227,7 @@ func (s *Server) judge(q *request, now time.Time, back time.Duration) result {
 
 	if c != nil {
 		c.add(now, l)
+		s.addLate(q, counterKey{kind: kindBucket, cred: q.cred, hash: b.Hash, major: q.major}, now, l)
 		s.announce(&res, q, b, c, l, now, back)
 	}
 	s.addBare(q, now)
@@ -445,6 +451,56 @@ func (s *Server) countInvalid(ip string, now time.Time) {
 	}
 }
 
+// A request frozen in flight (see request.frozen) left its process under
+// the limits as that process knew them and arrived after the process had
+// been stopped for a while: its window may have been filled meanwhile by the
+// other processes, which were right to use what the stopped one had not
+// sent in time. Its own 429 of the global limit or a bucket is therefore
+// unavoidable, and so is a 429 of another request of a window that would
+// have had room without the requests frozen in flight it counts. Nothing
+// else is forgiven: such requests are rare (a process stopped in the
+// moment between handing a request to the network and writing it), and
+// Stats.Frozen counts them.
+
+// addLate records that q, counted by the counter of key at now, was frozen
+// in flight.
+func (s *Server) addLate(q *request, key counterKey, now time.Time, l limits) {
+	if !q.frozen {
+		return
+	}
+	g, ok := s.late[key]
+	if !ok {
+		if s.late == nil {
+			s.late = make(map[counterKey]*slidingLog)
+		}
+		g = &slidingLog{}
+		s.late[key] = g
+	}
+	g.add(now, l)
+}
+
+// lateFilled reports whether c, the counter of key, refused a request at now
+// only because of requests frozen in flight it counts: without them it
+// would have had room.
+func (s *Server) lateFilled(key counterKey, c counter, now time.Time, l limits) bool {
+	g, ok := s.late[key]
+	if !ok {
+		return false
+	}
+	late := g.count(now, l)
+	if f, ok := c.(*fixedWindow); ok {
+		// Only those of its current window.
+		late = 0
+		for _, t := range g.times {
+			if !t.Before(f.start) {
+				late++
+			}
+		}
+	}
+	used := l.limit - c.state(now, l).remaining
+	return late > 0 && used-late < l.limit
+}
+
 // counter returns the counter for key, creating it, or replacing it when a
 // bucket switched between fixed and sliding.
 func (s *Server) counter(key counterKey, fixed bool) counter {
@@ -517,6 +573,11 @@ func (s *Server) sweep(now time.Time) {
 		}
 		if key.kind == kindBucket {
 			live[deliveredKey{cred: key.cred, hash: key.hash}] = true
+		}
+	}
+	for key, g := range s.late {
+		if g.idle(now, s.limitsFor(key)) {
+			delete(s.late, key)
 		}
 	}
 	for key := range s.delivered {

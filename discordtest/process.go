@@ -34,21 +34,55 @@ const maxSentLead = 100 * time.Millisecond
 
 // sentAt returns when the request r, whose handler began at handled, was
 // sent: its [SentHeader], if readable and within maxSentLead before
-// handled, and handled otherwise.
-func sentAt(r *http.Request, handled time.Time) time.Time {
+// handled, and handled otherwise. A header dated further back still counts
+// when its process ([ProcessHeader]) was stopped (see [Server.Stopped])
+// for all of the lead but maxSentLead: the request was frozen in flight,
+// handed to the network before its process stopped and written after it
+// continued, and frozen reports it.
+func (s *Server) sentAt(r *http.Request, handled time.Time) (sent time.Time, frozen bool) {
 	v := r.Header.Get(SentHeader)
 	if v == "" {
-		return handled
+		return handled, false
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return handled
+		return handled, false
 	}
 	t := time.Unix(0, n)
-	if t.After(handled) || handled.Sub(t) > maxSentLead {
-		return handled
+	if t.After(handled) {
+		return handled, false
 	}
-	return t
+	lead := handled.Sub(t)
+	if lead <= maxSentLead {
+		return t, false
+	}
+	s.mu.Lock()
+	stopped := s.stoppedWithin(r.Header.Get(ProcessHeader), t, handled)
+	s.mu.Unlock()
+	if stopped > 0 && lead-stopped <= maxSentLead {
+		return t, true
+	}
+	return handled, false
+}
+
+// stoppedWithin returns how long the process named name was stopped
+// between from and to. s.mu must be held.
+func (s *Server) stoppedWithin(name string, from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, sp := range s.stops[name] {
+		end := sp.to
+		if end.IsZero() || end.After(to) {
+			end = to
+		}
+		start := sp.from
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(start) {
+			total += end.Sub(start)
+		}
+	}
+	return total
 }
 
 // reaction is how long a process is given to read a response before it can

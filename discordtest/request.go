@@ -35,6 +35,11 @@ type request struct {
 	renames   bool     // PATCH /channels/{id} whose body sets name or topic
 	content   string   // "content" of a JSON body
 	wait      bool     // ?wait=true on a webhook execution
+	// frozen marks a request frozen in flight: its process stopped after
+	// handing it to the network and before it was written (see sentAt).
+	// sent is then the hand-off, so it is judged by what its process knew
+	// when it let it go.
+	frozen bool
 }
 
 // readRequest extracts what the emulator needs from r, sent by the client at

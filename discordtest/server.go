@@ -54,6 +54,7 @@ type Server struct {
 	deletedChannels map[string]bool
 	deletedWebhooks map[string]bool
 	counters        map[counterKey]counter
+	late            map[counterKey]*slidingLog    // per global or bucket counter, the requests frozen in flight it counted (see lateFilled)
 	delivered       map[deliveredKey]firstReached // when a bucket's headers first reached each process of a credential
 	claimTold       map[counterKey]firstReached   // when a 429 of a bucket with a Claim first reached each process of a credential
 	renameTold      map[renameKey][]*waitTold     // sublimit 429s sent per credential and channel
@@ -357,9 +358,10 @@ func (s *Server) credentialID(q *request) string {
 // response.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	handled := s.now()
-	sent := sentAt(r, handled)
+	sent, frozen := s.sentAt(r, handled)
 	up, down := s.delays.draw()
 	q := readRequest(r, sent)
+	q.frozen = frozen
 	upCtx := r.Context()
 	if s.cfg.sentArrive {
 		// Already on the wire: the client giving up does not stop it.

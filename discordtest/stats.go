@@ -26,7 +26,7 @@ import (
 // (see Lost) reached no one and told nothing; one that reached a process
 // while it was stopped ([Server.Stopped]) reached it when it continued.
 //   - every 429 with scope global is avoidable, since a client can keep its
-//     credential under the global limit;
+//     credential under the global limit, but for the exception below;
 //   - a 429 with scope user from a bucket is, unless the bucket makes a
 //     [Claim] or overstates its limit, avoidable when it was sent knowing a response of the same
 //     route carrying that bucket's headers to the same credential (for any
@@ -78,6 +78,19 @@ import (
 //     reached the client: after a refusal, a client should hold back the
 //     IP's requests for a second, then probe.
 //
+// A request frozen in flight was dated by [SentHeader] before its process
+// stopped ([Server.Stopped]) and reached the emulator after it continued,
+// later than the SentHeader's usual allowance (Frozen counts them): its
+// process let it go under the limits as it knew them, and the freeze, not
+// the client, made it late. It is judged by what its process knew when it
+// let it go; its own 429 of the global limit or of a bucket (one without a
+// Claim and not overstated) is unavoidable, and so is such a 429 of
+// another request when its window would have had room without the requests
+// frozen in flight it counts. The emulator cannot tell how full the window
+// was when such a request was let go, so a request frozen in flight is
+// forgiven its own 429 even if its process sent it into a full window;
+// Frozen says how many requests a run judged so.
+//
 // Cloudflare bans are counted in BannedResponses and in ByStatus, not as
 // avoidable or unavoidable 429s. Edge blocks are counted in EdgeBlocks, in
 // ByStatus and as avoidable or unavoidable 429s, but have no scope; so are
@@ -115,6 +128,12 @@ type Stats struct {
 	// before the way down of the [Network] had passed. What they said told
 	// the client nothing.
 	Lost int
+	// Frozen counts the requests frozen in flight: dated by [SentHeader]
+	// before their process stopped ([Server.Stopped]) and written after it
+	// continued. They are judged by what their process knew when it handed
+	// them to the network, and the 429s of windows they filled are
+	// unavoidable; see [Stats].
+	Frozen int
 	// Log holds the most recent requests, oldest first, up to the limit set
 	// by [WithLogLimit].
 	Log []LogEntry
@@ -179,6 +198,8 @@ type LogEntry struct {
 	// Lost marks a response written to no one: the client went away before
 	// the way down had passed.
 	Lost bool
+	// Frozen marks a request frozen in flight (see Stats.Frozen).
+	Frozen bool
 }
 
 // statsState accumulates the stats; the server's mutex guards it.
@@ -189,6 +210,7 @@ type statsState struct {
 	edgeBlocks      int
 	bare            int
 	lost            int
+	frozen          int
 	avoidable       int
 	unavoidable     int
 	invalid         int
@@ -212,6 +234,9 @@ func (s *Server) record(q *request, res *result) {
 	st := &s.stats
 	st.requests++
 	st.byStatus[res.status]++
+	if q.frozen {
+		st.frozen++
+	}
 	switch {
 	case res.banned:
 		st.bannedResponses++
@@ -263,6 +288,7 @@ func (s *Server) record(q *request, res *result) {
 		Bare:       res.bare,
 		RetryAfter: res.named(),
 		Reached:    res.reached,
+		Frozen:     q.frozen,
 	})
 	if len(st.log) >= 2*limit {
 		st.log = append([]LogEntry(nil), st.log[len(st.log)-limit:]...)
@@ -298,6 +324,7 @@ func (s *Server) Stats() Stats {
 		EdgeBlocks:      st.edgeBlocks,
 		Bare:            st.bare,
 		Lost:            st.lost,
+		Frozen:          st.frozen,
 		Avoidable:       st.avoidable,
 		Unavoidable:     st.unavoidable,
 		Invalid:         st.invalid,

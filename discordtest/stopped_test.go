@@ -1,6 +1,7 @@
 package discordtest
 
 import (
+	"net/http"
 	"testing"
 	"time"
 )
@@ -72,5 +73,122 @@ func TestStoppedProcessReadsOnContinue(t *testing.T) {
 	}
 	if n := len(s.stops["3"]); n != maxStops {
 		t.Errorf("%d stops remembered; want %d", n, maxStops)
+	}
+}
+
+// TestFrozenInFlight checks the judge of a request frozen in flight: one
+// whose SentHeader dates it before its process stopped, that reaches the
+// emulator after the process continued. It is judged by its hand-off, its
+// own 429 and those of the windows it filled are unavoidable, and a lead
+// the stop does not explain is not forgiven.
+func TestFrozenInFlight(t *testing.T) {
+	t.Parallel()
+	const ms = time.Millisecond
+	const messages = "/api/v10/channels/1/messages"
+	type send struct {
+		proc     string
+		at       time.Duration // when the handler begins, from the start
+		sentAt   time.Duration // the SentHeader, -1 for none
+		status   int
+		frozen   bool
+		avoid    bool
+		scope    string
+		describe string
+	}
+	tests := []struct {
+		name       string
+		opts       []Option         // WithGlobalLimit(2) when nil
+		stop       [2]time.Duration // worker-2 stopped over this span; zero for none
+		sends      []send
+		wantFrozen int
+	}{
+		{
+			name: "frozen request refused by the global limit",
+			stop: [2]time.Duration{11 * ms, 600 * ms},
+			sends: []send{
+				{"1", 0, 0, 200, false, false, "", "fills half the window"},
+				{"1", 100 * ms, 100 * ms, 200, false, false, "", "fills the window"},
+				{"2", 605 * ms, 10 * ms, 429, true, false, "global", "handed off before its stop"},
+			},
+			wantFrozen: 1,
+		},
+		{
+			name: "window filled by a frozen request",
+			stop: [2]time.Duration{11 * ms, 600 * ms},
+			sends: []send{
+				{"1", 0, 0, 200, false, false, "", ""},
+				{"2", 605 * ms, 10 * ms, 200, true, false, "", "handed off before its stop, fits"},
+				{"1", 610 * ms, 610 * ms, 429, false, false, "global", "would have fitted without the frozen one"},
+				{"1", 1010 * ms, 1010 * ms, 200, false, false, "", "the first left the window"},
+				{"1", 1020 * ms, 1020 * ms, 429, false, false, "global", "full with one frozen request in it"},
+				{"1", 1700 * ms, 1700 * ms, 200, false, false, "", "the frozen one left the window"},
+				{"1", 1710 * ms, 1710 * ms, 429, false, true, "global", "full of the client's own"},
+			},
+			wantFrozen: 1,
+		},
+		{
+			name: "bucket window filled by a frozen request",
+			opts: []Option{WithBuckets(Bucket{Hash: hashMessageCreate, Limit: 2, Window: time.Second, Fixed: true})},
+			stop: [2]time.Duration{11 * ms, 600 * ms},
+			sends: []send{
+				{"1", 0, 0, 200, false, false, "", "opens the window"},
+				{"2", 605 * ms, 10 * ms, 200, true, false, "", "handed off before its stop, fits"},
+				{"1", 610 * ms, 610 * ms, 429, false, false, "user", "would have fitted without the frozen one"},
+				{"1", 1010 * ms, 1010 * ms, 200, false, false, "", "a new window"},
+				{"1", 1020 * ms, 1020 * ms, 200, false, false, "", ""},
+				{"1", 1030 * ms, 1030 * ms, 429, false, true, "user", "the new window is the client's own"},
+			},
+			wantFrozen: 1,
+		},
+		{
+			name: "no stop",
+			sends: []send{
+				{"1", 0, 0, 200, false, false, "", ""},
+				{"2", 605 * ms, 10 * ms, 200, false, false, "", "an old SentHeader without a stop: dated at the handler"},
+				{"1", 610 * ms, 610 * ms, 429, false, true, "global", "the window is the client's own"},
+			},
+		},
+		{
+			name: "a stop shorter than the lead",
+			stop: [2]time.Duration{11 * ms, 200 * ms},
+			sends: []send{
+				{"1", 0, 0, 200, false, false, "", ""},
+				{"1", 100 * ms, 100 * ms, 200, false, false, "", ""},
+				{"2", 605 * ms, 10 * ms, 429, false, true, "global", "400 ms of its lead unexplained"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			opts := tt.opts
+			if opts == nil {
+				opts = []Option{WithGlobalLimit(2)}
+			}
+			h := newHarness(t, opts...)
+			t0 := h.clock.Now()
+			stopped := tt.stop[1] == 0
+			for i, sd := range tt.sends {
+				if !stopped && t0.Add(sd.at).After(t0.Add(tt.stop[1])) {
+					h.srv.Stopped("2", t0.Add(tt.stop[0]))
+					h.srv.Continued("2", t0.Add(tt.stop[1]))
+					stopped = true
+				}
+				h.clock.Advance(t0.Add(sd.at).Sub(h.clock.Now()))
+				extra := http.Header{}
+				if sd.sentAt >= 0 {
+					extra.Set(SentHeader, stamp(t0.Add(sd.sentAt)))
+				}
+				h.doWith(sd.proc, extra, "POST", messages, botA, `{}`).want(t, sd.status)
+				e := h.srv.Stats().Log[i]
+				if e.Frozen != sd.frozen || e.Avoidable != sd.avoid || e.Scope != sd.scope {
+					t.Errorf("request %d (%s): frozen %v, avoidable %v, scope %q; want %v, %v, %q",
+						i, sd.describe, e.Frozen, e.Avoidable, e.Scope, sd.frozen, sd.avoid, sd.scope)
+				}
+			}
+			if st := h.srv.Stats(); st.Frozen != tt.wantFrozen {
+				t.Errorf("Stats.Frozen = %d; want %d", st.Frozen, tt.wantFrozen)
+			}
+		})
 	}
 }

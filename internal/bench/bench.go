@@ -367,10 +367,14 @@ type Result struct {
 	DeadlineMS float64 `json:"deadline_ms,omitempty"`
 	// Freeze is the range of the run's freezes of worker processes
 	// (-freeze), "" without; Freezes counts the freezes and FrozenSeconds
-	// adds up their lengths.
+	// adds up their lengths. InFlight counts the requests a freeze caught
+	// in flight: handed to the network before their process stopped,
+	// written after it continued (the emulator's Stats.Frozen), whose 429s
+	// it judged unavoidable.
 	Freeze        string  `json:"freeze,omitempty"`
 	Freezes       int     `json:"freezes,omitempty"`
 	FrozenSeconds float64 `json:"frozen_seconds,omitempty"`
+	InFlight      int     `json:"frozen_in_flight,omitempty"`
 	// RedisOutage is how long, in seconds, the run's Redis was down before
 	// it was restarted (-redis-restart), 0 without; RedisRestarts counts
 	// the restarts.
@@ -459,7 +463,7 @@ func Run(ctx context.Context, scenarios []Scenario, limiters []Limiter, o Option
 				if o.Progress != nil {
 					faults := ""
 					if r.Freeze != "" {
-						faults += fmt.Sprintf(", %d freezes (%.1fs)", r.Freezes, r.FrozenSeconds)
+						faults += fmt.Sprintf(", %d freezes (%.1fs, %d requests caught in flight)", r.Freezes, r.FrozenSeconds, r.InFlight)
 					}
 					if r.RedisOutage > 0 {
 						faults += fmt.Sprintf(", %d Redis restarts", r.RedisRestarts)
@@ -786,6 +790,7 @@ func summarize(sc Scenario, limiter string, procs int, start time.Time, d time.D
 	r := Result{LateP50: math.NaN(), LateP99: math.NaN(), Scenario: sc.Name, Limiter: limiter, Procs: procs,
 		Requests: st.Requests, Avoidable: st.Avoidable, Unavoidable: st.Unavoidable, User: st.ByScope["user"],
 		Global: st.ByScope["global"], Shared: st.ByScope["shared"], Edge: st.EdgeBlocks, Bare: st.Bare, Lost: st.Lost,
+		InFlight:     st.Frozen,
 		Unauthorized: st.ByStatus[401], Bans: st.Bans,
 		Banned: st.BannedResponses, All2xx: all2xx(st.ByStatus)}
 	end := start.Add(d)
@@ -1021,6 +1026,7 @@ func (w *Row) aggregate() {
 		a.StoreSeconds += r.StoreSeconds
 		a.Freezes += r.Freezes
 		a.FrozenSeconds += r.FrozenSeconds
+		a.InFlight += r.InFlight
 		a.RedisRestarts += r.RedisRestarts
 		a.late = append(a.late, r.late...)
 		a.over = append(a.over, r.over...)
@@ -1102,7 +1108,7 @@ func PrintTable(w io.Writer, rows []Row) {
 		head += "sent/2xx\texec/2xx\tcpu µs/2xx\tcpu ms/s\t2xx/s/core\t"
 	}
 	if frozen {
-		head += "freezes (s)\t"
+		head += "freezes (s), in flight\t"
 	}
 	if restarted {
 		head += "redis restarts\t"
@@ -1140,7 +1146,7 @@ func PrintTable(w io.Writer, rows []Row) {
 				figure(r.StoreCPUPer2xx, "%.1f"), figure(r.StoreCPUPerSecond, "%.2f"), figure(r.Store2xxPerCore, "%.0f"))
 		}
 		if frozen {
-			fmt.Fprintf(tw, "%d (%.1f)\t", r.Freezes, r.FrozenSeconds)
+			fmt.Fprintf(tw, "%d (%.1f), %d\t", r.Freezes, r.FrozenSeconds, r.InFlight)
 		}
 		if restarted {
 			fmt.Fprintf(tw, "%d\t", r.RedisRestarts)

@@ -319,7 +319,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, limiters
 			}
 		}
 		if freezeRange.Max > 0 {
-			fmt.Fprintf(stdout, "\nfreezes (s): one worker process at a time stopped (SIGSTOP) for a uniformly random %v to %v, then continued (SIGCONT), after a uniformly random pause of 0 to %v; the freezes of the row's runs and their total length.",
+			fmt.Fprintf(stdout, "\nfreezes (s): one worker process at a time stopped (SIGSTOP) for a uniformly random %v to %v, then continued (SIGCONT), after a uniformly random pause of 0 to %v; the freezes of the row's runs and their total length; in flight: the requests a freeze caught between their hand-off to the network and their write, whose 429s (and those of the windows they filled) the emulator judges unavoidable.",
 				freezeRange.Min, freezeRange.Max, freezeGap)
 		}
 		if outage != nil {
