@@ -55,8 +55,9 @@ type Store interface {
 // systems that schedule a request at its ready time instead of parking a
 // worker. The answer is an estimate, a lower bound from what the store
 // knows (pauses, the global window, the bucket's reset or drip, the claims
-// queued ahead); a wait that only a response can end (a probe of the route
-// in flight) counts as zero. A claim the store would refuse gets the
+// queued ahead); a wait that a response may end at any moment (a probe of
+// the route in flight, which lets the next go when its answer is overdue)
+// counts as zero. A claim the store would refuse gets the
 // *[WaitError] Acquire would return.
 type Estimator interface {
 	Estimate(ctx context.Context, c Claim) (time.Duration, error)

@@ -101,12 +101,14 @@ local function flying(b) return b.pending - b.aged end
 -- model.Bucket.age
 local function age(b, t)
   local n = flying(b)
-  if n <= 0 or b.arriveBy == 0 or t < b.arriveBy + REPORT_SLACK or not b.known or b.unlimited then return end
-  if b.arriveBy >= b.levelAt then
-    b.level = levelNow(b, b.arriveBy) + n
-    b.levelAt = b.arriveBy
-  else
-    b.level = b.level + n
+  if n <= 0 or b.arriveBy == 0 or t < b.arriveBy + REPORT_SLACK or b.unlimited then return end
+  if b.known then
+    if b.arriveBy >= b.levelAt then
+      b.level = levelNow(b, b.arriveBy) + n
+      b.levelAt = b.arriveBy
+    else
+      b.level = b.level + n
+    end
   end
   b.aged = b.pending
 end
@@ -133,7 +135,7 @@ local function available(b, t)
   if t < b.pause or b.retired then return false end
   if b.unlimited then return true end
   if b.hold > 0 and (b.pending > 0 or t < b.heldAt + b.hold) then return false end
-  if not b.known then return b.pending == 0 end
+  if not b.known then return flying(b) == 0 end
   if not b.sliding and b.resetAt ~= 0 and t >= b.resetAt and (b.pending == 0 or not b.estimated) then
     -- model.Bucket.refillable, refill
     local n = b.limit
@@ -170,6 +172,9 @@ local function wakeAt(b, t)
   if b.hold > 0 and not b.unlimited then
     if b.pending > 0 then return 0 end
     if b.heldAt + b.hold > t then return b.heldAt + b.hold end
+  end
+  if not b.known and not b.unlimited and flying(b) > 0 and b.arriveBy > 0 then
+    return b.arriveBy + REPORT_SLACK
   end
   if b.known and b.remaining <= 0 and b.sliding then
     local at, ok = dripAt(b)
@@ -365,10 +370,15 @@ local function observe(b, t, h, probes)
     b.known = true
     b.limit = limit
     b.remaining = remaining
-    if not b.probe then b.remaining = math.max(0, remaining - probes) end
+    if not b.probe then
+      b.remaining = math.max(0, remaining - probes)
+    else
+      b.remaining = math.max(0, remaining - b.pending)
+    end
     b.resetAt = reset
     b.window = reset - t
     b.passed = 1
+    b.aged = 0
   else
     local later, earlier = windowOf(b, h, reset, counted)
     if limit > b.limit then b.remaining = b.remaining + limit - b.limit end

@@ -259,6 +259,25 @@ func TestModelTransitions(t *testing.T) {
 			},
 		},
 		{
+			// The reach is 250 ms: the probe granted at t0 reaches Discord
+			// by t0 + 250, and a running process reports its answer
+			// within ReportSlack (250 ms) more.
+			name:  "probe: an answer overdue (its process stopped) lets the next probe go",
+			start: model.Bucket{Probe: true},
+			// The stores settle a response's request before they observe
+			// its headers.
+			steps: []op{opTake(t0), opTake(t0 + 500), opSettle(), opObserve(t0+600, 0, h(5, 3, 1000)), opSettle()},
+			checks: []check{
+				{1, opAvailable(t0 + 499), 0},
+				{1, opWakeAt(t0 + 100), t0 + 500}, // not 0: no need to wait for a response
+				{1, opAvailable(t0 + 500), 1},
+				{2, opAvailable(t0 + 600), 0}, // the second probe holds the next as the first did
+				{2, opWakeAt(t0 + 600), t0 + 1000},
+				{4, opRoom(t0+600, 10), 2}, // known: 3 left, less the probe still in flight
+				{5, opRoom(t0+700, 10), 2},
+			},
+		},
+		{
 			name:  "fixed window: remaining counts grants; the refill keeps a slot for each request in flight",
 			start: model.Bucket{},
 			steps: []op{

@@ -597,6 +597,13 @@ local function claim(i, k, a)
     if freeB < 1 then
       local at = bound(b, now, aheadB)
       local wk = wakeAt(b, now)
+      local overdue = 0
+      if not b.known then
+        -- A probe in flight: its answer opens the bucket, pushed; if it
+        -- never comes (its process stopped or died), the probe is overdue
+        -- at wk and the next may go.
+        overdue, wk = wk, 0
+      end
       if b.sliding and b.known then
         -- One slot drips at a time: the holders ahead take the first ones.
         at = math.max(at, wk) + ceil(aheadB * tau(b) / 1000)
@@ -615,6 +622,7 @@ local function claim(i, k, a)
         -- Only a response, or the holders ahead taking their turn, can
         -- open it: the line's head is told when.
         pushed, lower, at = 1, 0, now + pushWait
+        if overdue > now then at = math.min(at, overdue) end
       elseif aheadB > 0 and b.known then
         -- Behind others: the one ahead tells it when its turn comes (see
         -- the pushes at the end). Its own estimate, which windows that

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratecord/ratecord/store"
+	"github.com/ratecord/ratecord/store/internal/model"
 )
 
 // stepClient returns a client of REDIS_ADDR (or 127.0.0.1:6379), skipping
@@ -639,6 +640,28 @@ func TestStepProbeAnswerTellsTheBucket(t *testing.T) {
 	// needs to tell it.
 	if r, _ := b.claimOnly(hash, 1); r.kind != replyGrant || r.bkind != kindLearned {
 		t.Fatalf("B's claim on the bucket it was told = %+v; want a slot of it", r)
+	}
+}
+
+// TestStepOverdueProbeLetsTheNextGo: a probe whose answer is overdue (its
+// process stopped or died after the grant) no longer holds the route's next
+// request back. Another process's claim meanwhile waits for a push, but
+// no longer than until the probe is overdue, and a claim then is granted
+// the next probe.
+func TestStepOverdueProbeLetsTheNextGo(t *testing.T) {
+	x := newStepper(t, "overdue")
+	if r, _ := x.claimOnly("", 1); r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("first claim = %+v; want one probe slot", r)
+	}
+	b, _ := pushedOther(t, x)
+	w, _ := b.claimOnly("", 1)
+	overdue := (store.DefaultGlobalHold + model.ReportSlack*time.Millisecond).Milliseconds()
+	if w.kind != replyWait || !w.push || w.bound != 0 || w.at <= 0 || w.at > overdue {
+		t.Fatalf("B's claim while the probe is out = %+v; want a wait for a push, asking again within %d ms at most, of no known length", w, overdue)
+	}
+	time.Sleep(time.Duration(w.at)*time.Millisecond + 20*time.Millisecond)
+	if r, _ := b.claimOnly("", 1); r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("B's claim once the probe is overdue = %+v; want the next probe", r)
 	}
 }
 

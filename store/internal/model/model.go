@@ -50,7 +50,9 @@ type Bucket struct {
 	// whole until reported. (A response read in time dates its request
 	// more closely than ArriveBy does.) A report settles an aged request
 	// first: if it was one granted since, the model counts one request
-	// twice until the other reports, never one too few.
+	// twice until the other reports, never one too few. In a bucket not
+	// known yet, which has no level, an aged probe no longer holds back
+	// the next one: its process stopped or died before it could report.
 	Aged, ArriveBy int64
 	// Carried counts the requests that were in flight when the fixed
 	// window they were granted in ended, at Ended (on the store's clock):
@@ -175,8 +177,10 @@ func (b *Bucket) Available(now int64) bool {
 		return false
 	}
 	if !b.Known {
-		// Probe: one request at a time until a response names the limits.
-		return b.Pending == 0
+		// Probe: one request at a time until a response names the limits,
+		// or until the probe's answer is overdue (aged: its process
+		// stopped or died before it could report), when the next goes.
+		return b.flying() == 0
 	}
 	if b.refillable(now) {
 		b.Remaining = b.refill(now) - b.Pending
@@ -256,14 +260,18 @@ func (b *Bucket) levelNow(now int64) float64 {
 // other requests meanwhile may not have drained them yet).
 func (b *Bucket) age(now int64) {
 	n := b.flying()
-	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy+ReportSlack || !b.Known || b.Unlimited {
+	if n <= 0 || b.ArriveBy == 0 || now < b.ArriveBy+ReportSlack || b.Unlimited {
 		return
 	}
-	if b.ArriveBy >= b.LevelAt {
-		b.Level = b.levelNow(b.ArriveBy) + float64(n)
-		b.LevelAt = b.ArriveBy
-	} else {
-		b.Level += float64(n)
+	// A bucket not known yet has no level: its probe, aged, no longer
+	// holds the next one back (see Available).
+	if b.Known {
+		if b.ArriveBy >= b.LevelAt {
+			b.Level = b.levelNow(b.ArriveBy) + float64(n)
+			b.LevelAt = b.ArriveBy
+		} else {
+			b.Level += float64(n)
+		}
 	}
 	b.Aged = b.Pending
 }
@@ -318,6 +326,9 @@ func (b *Bucket) WakeAt(now int64) int64 {
 		if at := b.HeldAt + b.Hold; at > now {
 			return at
 		}
+	}
+	if !b.Known && !b.Unlimited && b.flying() > 0 && b.ArriveBy > 0 {
+		return b.ArriveBy + ReportSlack // the probe ages then
 	}
 	if b.Known && b.Remaining <= 0 && b.Sliding {
 		// No refill at the reset: slots come back by the drip, or by a
@@ -555,10 +566,18 @@ func (b *Bucket) Observe(now int64, h Headers, probes int64) {
 			// Requests in flight on routes not learned yet may share this
 			// bucket: Discord has counted them, this response may not.
 			b.Remaining = max(0, remaining-probes)
+		} else {
+			// So may the probes still in flight (one that went when
+			// another's answer was overdue).
+			b.Remaining = max(0, remaining-b.Pending)
 		}
 		b.ResetAt = reset
 		b.Window = reset - now
 		b.Passed = 1
+		// Probes aged while the bucket was not known are in no level:
+		// from now on they count whole, and age as requests of a known
+		// bucket do.
+		b.Aged = 0
 	} else {
 		// A fixed window's response dated a window after the one the
 		// model counts belongs to a new window at Discord, which one of
