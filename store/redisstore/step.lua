@@ -623,6 +623,9 @@ local function claim(i, k, a)
         -- open it: the line's head is told when.
         pushed, lower, at = 1, 0, now + pushWait
         if overdue > now then at = math.min(at, overdue) end
+        -- A holder ahead keeps the room: it claims when its ticket ends
+        -- at the latest, unless it stopped running; look again then.
+        if aheadB > 0 and expiresB then at = math.min(at, math.max(expiresB + 1, now + 1)) end
       elseif aheadB > 0 and b.known then
         -- Behind others: the one ahead tells it when its turn comes (see
         -- the pushes at the end). Its own estimate, which windows that

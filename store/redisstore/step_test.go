@@ -665,6 +665,34 @@ func TestStepOverdueProbeLetsTheNextGo(t *testing.T) {
 	}
 }
 
+// TestStepOverdueProbeOfAStoppedProcess: the process whose probe is
+// overdue also holds the first ticket of the probe's line for its other
+// waiters, and stops running, so it neither claims nor tells anyone. Once
+// the probe is overdue, another process waits only until that ticket ends,
+// not for a push that will not come, and is then granted the next probe.
+func TestStepOverdueProbeOfAStoppedProcess(t *testing.T) {
+	x := newStepper(t, "overdue-stopped")
+	if r, _ := x.claimOnly("", 2); r.kind != replyGrant || r.count != 1 || r.bkind != kindProbe {
+		t.Fatalf("first claim = %+v; want one probe slot of two", r)
+	}
+	if w, _ := x.claimOnly("", 1); w.kind != replyWait {
+		t.Fatalf("its other waiter's claim = %+v; want a wait, with a ticket in line", w)
+	}
+	b, _ := pushedOther(t, x)
+	overdue := store.DefaultGlobalHold + model.ReportSlack*time.Millisecond
+	time.Sleep(overdue + 20*time.Millisecond)
+	w, _ := b.claimOnly("", 1)
+	// The ticket ahead ends DefaultTicketGrace after the stopped
+	// process's own wait, which ended when the probe became overdue.
+	if w.kind != replyWait || w.at <= 0 || w.at > DefaultTicketGrace.Milliseconds()+20 {
+		t.Fatalf("B's claim behind the stopped process's ticket = %+v; want a wait until that ticket ends, within %v", w, DefaultTicketGrace)
+	}
+	time.Sleep(time.Duration(w.at)*time.Millisecond + 20*time.Millisecond)
+	if r, _ := b.claimOnly("", 1); r.kind != replyGrant || r.bkind != kindProbe {
+		t.Fatalf("B's claim once the ticket ended = %+v; want the next probe", r)
+	}
+}
+
 // pushedOther returns another process of x's credential, subscribed to its
 // own channel, and a function that returns the next push it is told,
 // failing t when none comes within a second.
