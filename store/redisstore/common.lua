@@ -382,16 +382,31 @@ local function push(chan, tag, id, name, at, hash)
   redis.call('PUBLISH', chan .. id, msg)
 end
 
+-- lineCap has the ticket of id end by expiry at the latest.
+local function lineCap(line, id, expiry)
+  local p = line.pos[id]
+  if not p or line.exp[p] <= expiry then return end
+  line.exp[p] = expiry
+  local lane = '0'
+  if line.lane[p] then lane = '1' end
+  redis.call('HSET', line.D, id, line.want[p] .. '|' .. math.floor(expiry) .. '|' .. lane)
+end
+
 -- pushHeads tells the processes of the first n tickets of line that are
 -- not process except's, and stand before position upto if given, that
--- their turn may have come (and the route's hash, if given).
-local function pushHeads(chan, tag, line, name, n, except, upto, hash)
+-- their turn may have come (and the route's hash, if given). Each told
+-- ticket ends by claimBy at the latest: a holder that runs claims before
+-- then, which renews its ticket; one that stopped running (SIGSTOP, a
+-- long pause) keeps no slots past it, where the even shares of later
+-- windows would have kept one for it as long as it slept.
+local function pushHeads(chan, tag, line, name, n, except, upto, hash, claimBy)
   local told = 0
   for j, m in ipairs(line.ids) do
     if told >= n or (upto and j >= upto) then return end
     local id = owner(m)
     if id ~= except then
       push(chan, tag, id, name, 0, hash)
+      if claimBy then lineCap(line, m, claimBy) end
       told = told + 1
     end
   end

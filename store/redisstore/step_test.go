@@ -361,6 +361,38 @@ func TestStepTellsOnlyHoldersAhead(t *testing.T) {
 	}
 }
 
+// TestStepToldHolderThatDoesNotClaimLosesItsPlace: a holder told that its
+// turn has come keeps its ticket only for the ticket grace, unless it
+// claims: one that stopped running (SIGSTOP, a long pause) kept the slots
+// its ticket stood for, here the two it gave back, from every other
+// process until its turn in the next window (10 s here) and, told again at
+// each turn, its even share of every window for as long as it slept.
+func TestStepToldHolderThatDoesNotClaimLosesItsPlace(t *testing.T) {
+	x := newStepper(t, "told")
+	x.learnAs(3, 2, 10*time.Second)
+	s := New(stepClient(t), WithPrefix(x.s.prefix))
+	t.Cleanup(func() { s.Close() })
+	b := &stepper{t: t, s: s, k: s.keysOf(x.claim.Credential), claim: x.claim}
+
+	// X takes the last two slots and waits for three more, then gives
+	// both back, and stops running: it claims no more.
+	r, prefix := x.claimOnly("h", 5)
+	if r.kind != replyGrant || r.count != 2 {
+		t.Fatalf("X's claim of 5 = %+v; want the last two slots", r)
+	}
+	x.report(x.permit(kindLearned, "h", prefix+"1"), store.Update{}, x.next())
+	x.report(x.permit(kindLearned, "h", prefix+"2"), store.Update{}, x.next())
+
+	// B's claim finds the free slots kept by X's ticket, and tells X.
+	if w, _ := b.claimOnly("h", 1); w.kind != replyWait {
+		t.Fatalf("B's claim behind X, which keeps the free slots = %+v; want a wait", w)
+	}
+	time.Sleep(DefaultTicketGrace + 20*time.Millisecond)
+	if r, _ := b.claimOnly("h", 1); r.kind != replyGrant {
+		t.Fatalf("B's claim once X, told, had the ticket grace (%v) to claim = %+v; want a slot: X's ticket ended", DefaultTicketGrace, r)
+	}
+}
+
 // TestStepLineKeepsTheOrderItTells: two processes that take their places
 // in a bucket's line in the same millisecond stand in the order they were
 // told. Ordered by the millisecond alone, and then by process id, the one
