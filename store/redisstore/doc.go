@@ -150,13 +150,16 @@
 // call each, to the next. Callers that keep asking are the exception: a
 // queue one of whose waiters left without a slot in the last second holds
 // its place as a waiter without a bound would, and keeps a turn it is told
-// while it has no waiter for the next one, until its callers stop asking;
-// without a place, every process with such callers would claim whenever
-// the bucket reopens. A ticket also expires when its holder does not
-// claim it within [WithTicketGrace] of its expected turn; a process
-// waiting behind it looks again then, if sooner than its own fallback,
-// since a holder that stopped running (SIGSTOP, a VM's steal) tells no one
-// its turn is over.
+// while it has no waiter for the next one, until its callers stop asking
+// (Redis keeps the turn's slots for it no longer than the ticket grace
+// below); without a place, every process with such callers would claim
+// whenever the bucket reopens. A ticket also expires when its holder does
+// not claim it within [WithTicketGrace] of its expected turn, or of a push
+// that told it its turn had come;
+// a process waiting behind it looks again then, if sooner than its own
+// fallback, since a holder that stopped running (SIGSTOP, a VM's steal)
+// tells no one its turn is over, and told at every turn would otherwise
+// keep its share of every window for as long as it slept.
 //
 // A process is told of its turn: whatever frees a slot (another process's
 // response, a slot given back) and whatever moves a turn (the process
