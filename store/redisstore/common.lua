@@ -293,15 +293,20 @@ local function lineTotal(line)
   return line.sum + math.max(0, line.n - #line.ids) * average(line)
 end
 
--- lineRetime makes the ticket of id, a holder of line told its turn comes
--- later than it expected, hold until expiry at least.
-local function lineRetime(line, id, expiry)
-  local p = line.pos[id]
-  if not p or line.exp[p] >= expiry then return end
+-- lineExpire has the ticket of id, at position p of the head of line,
+-- end at expiry.
+local function lineExpire(line, id, p, expiry)
   line.exp[p] = expiry
   local lane = '0'
   if line.lane[p] then lane = '1' end
   redis.call('HSET', line.D, id, line.want[p] .. '|' .. math.floor(expiry) .. '|' .. lane)
+end
+
+-- lineRetime makes the ticket of id, a holder of line told its turn comes
+-- later than it expected, hold until expiry at least.
+local function lineRetime(line, id, expiry)
+  local p = line.pos[id]
+  if p and line.exp[p] < expiry then lineExpire(line, id, p, expiry) end
 end
 
 -- A process holds up to two tickets in a line: its id for its normal
@@ -382,16 +387,6 @@ local function push(chan, tag, id, name, at, hash)
   redis.call('PUBLISH', chan .. id, msg)
 end
 
--- lineCap has the ticket of id end by expiry at the latest.
-local function lineCap(line, id, expiry)
-  local p = line.pos[id]
-  if not p or line.exp[p] <= expiry then return end
-  line.exp[p] = expiry
-  local lane = '0'
-  if line.lane[p] then lane = '1' end
-  redis.call('HSET', line.D, id, line.want[p] .. '|' .. math.floor(expiry) .. '|' .. lane)
-end
-
 -- pushHeads tells the processes of the first n tickets of line that are
 -- not process except's, and stand before position upto if given, that
 -- their turn may have come (and the route's hash, if given). Each told
@@ -406,7 +401,8 @@ local function pushHeads(chan, tag, line, name, n, except, upto, hash, claimBy)
     local id = owner(m)
     if id ~= except then
       push(chan, tag, id, name, 0, hash)
-      if claimBy then lineCap(line, m, claimBy) end
+      local p = line.pos[m]
+      if p and line.exp[p] > claimBy then lineExpire(line, m, p, claimBy) end
       told = told + 1
     end
   end

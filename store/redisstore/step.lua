@@ -107,6 +107,14 @@ local function pushGlobalHead()
   if exact then push(chan, tag, owner(head), 'g', at - now) end
 end
 
+-- tellHeads tells the first n holders of line (other than this process,
+-- and before position upto if given) that their turn may have come, with
+-- the route's hash if given; each has the ticket grace to claim (see
+-- pushHeads).
+local function tellHeads(line, name, n, upto, hash)
+  pushHeads(chan, tag, line, name, n, me, upto, hash, now + grace)
+end
+
 -- Buckets whose line this call may have to tell, by key: {lk, lt (the
 -- line's keys), name, opened (a report may have opened the bucket),
 -- retired (a probe's route was learned; hash, the bucket it maps to),
@@ -643,7 +651,7 @@ local function claim(i, k, a)
         -- same holders and tell this process again, and so on for as long
         -- as those sleep (a process that stopped running).
         local rn = room(b, now, MAX_PUSH)
-        if rn > 0 then pushHeads(chan, tag, line, name, rn, me, posB, nil, now + grace) end
+        if rn > 0 then tellHeads(line, name, rn, posB) end
       end
       if line and worth(life, lower) then
         local it = intent(line, holder, name, b, B)
@@ -910,13 +918,13 @@ local function sendPushes()
   for _, key in ipairs(watchOrder) do
     local w = watched[key]
     if w.retired then
-      pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, 4 * MAX_PUSH, me, nil, w.hash, now + grace)
+      tellHeads(lineLoad(w.lk, w.lt), w.name, 4 * MAX_PUSH, nil, w.hash)
     elseif w.left then
       -- The turn this process gave up: the next holder's.
       local b, line = buckets[key].b, lineLoad(w.lk, w.lt)
       local rn = room(b, now, MAX_PUSH)
       if rn > 0 then
-        pushHeads(chan, tag, line, w.name, rn, me, nil, nil, now + grace)
+        tellHeads(line, w.name, rn)
       else
         local nxt = firstOther(line, me)
         local at = math.max(bound(b, now, 0), wakeAt(b, now))
@@ -930,7 +938,7 @@ local function sendPushes()
     elseif w.opened then
       local rn = room(buckets[key].b, now, MAX_PUSH)
       if rn > 0 then
-        pushHeads(chan, tag, lineLoad(w.lk, w.lt), w.name, rn, me, nil, nil, now + grace)
+        tellHeads(lineLoad(w.lk, w.lt), w.name, rn)
       elseif w.before and w.before > 0 then
         -- A response moved when the closed bucket reopens (its reset,
         -- known now, where the grant of its window's first request had
@@ -958,7 +966,7 @@ local function sendPushes()
       -- it waited for).
       local rn = room(it.b, now, MAX_PUSH)
       if rn > 0 then
-        pushHeads(chan, tag, it.line, it.name, rn, me, nil, nil, now + grace)
+        tellHeads(it.line, it.name, rn)
       else
         local nxt = firstOther(it.line, me)
         local at = math.max(bound(it.b, now, 0), wakeAt(it.b, now))
