@@ -734,8 +734,12 @@ func (g *Gates) merge(states []State, now time.Time) {
 			}
 			g.gates[st.Key] = gt
 			g.learn(gt.paced, now) // another process met a block
-		} else if st.Strikes > gt.strikes {
-			g.learn(cmp.Or(gt.paced, st.Key), now) // another process's probe was blocked
+		} else if st.Strikes > max(gt.strikes, 1) {
+			// Another process's probe was blocked. The first block is
+			// one strike: a gate made from a note sent before the shared
+			// store held it (no strike yet) learns nothing again from the
+			// note that follows.
+			g.learn(cmp.Or(gt.paced, st.Key), now)
 		}
 		// A pause only grows until a probe passes (Gone).
 		gt.until = later(gt.until, now.Add(st.Until))

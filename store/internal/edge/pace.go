@@ -28,7 +28,9 @@ import (
 // is forgotten PaceMemory after the block that set it, so that a limit
 // that rose is found again, at the cost of at most one block per
 // PaceMemory. A process that had nothing pass in the window before a block
-// learns no pace from it.
+// (its first requests still in flight: processes that start together meet
+// the edge together) is paced by those of them that passed, counted once
+// their answers are in; if none did, it learns no pace from the block.
 //
 // Like TCP's congestion control, a pace probes upward: after RaiseAfter
 // without a block, during which the pace held requests back, it lets one
@@ -236,9 +238,12 @@ func (g *Gates) learn(key string, now time.Time) {
 			e = min(2*p.every, max(g.max, PaceWindow, p.every))
 		}
 	} else if n == 0 {
-		// Nothing of this process passed there: it has nothing to learn,
-		// and pacing it would hold back a process that just started.
-		return
+		// Nothing of this process passed there yet. Its requests may
+		// still be in flight (a burst at its start, met by the block
+		// before any answer came): the pace waits for the recount, which
+		// keeps it if any of them passed, and forgets it if none did, so
+		// that a process that had sent nothing is not held back.
+		ceil, e = 0, 0
 	}
 	if p == nil {
 		p = &pace{key: key}
@@ -270,19 +275,40 @@ const lateAnswers = 5
 func (g *Gates) recount(p *pace, now time.Time) {
 	from, last := p.learned, slotOf(now)
 	p.learned = 0
-	if from == 0 || int(last-from)+windowSlots >= slots {
-		return
-	}
-	// The most that passed within a PaceWindow, over the windows that end
-	// between the block and lateAnswers slots after it, less one: answers
-	// the network bunched can put one more in a window than the edge let
-	// through in one, and the most of several windows finds it.
 	n := 0.0
-	for end := from; end <= from+lateAnswers; end++ {
-		n = max(n, float64(g.passed.sum(p.key, end, windowSlots)-1))
+	if from != 0 && int(last-from)+windowSlots < slots {
+		// The most that passed within a PaceWindow, over the windows that
+		// end between the block and lateAnswers slots after it, less one:
+		// answers the network bunched can put one more in a window than
+		// the edge let through in one, and the most of several windows
+		// finds it. The one less also keeps processes that pace
+		// themselves apart under the edge together: each one's evenly
+		// spaced requests can put one more than its rate in a window. A
+		// pace that had nothing to learn from at the block keeps at
+		// least one request per window if any passed.
+		most := 0
+		for end := from; end <= from+lateAnswers; end++ {
+			most = max(most, g.passed.sum(p.key, end, windowSlots))
+		}
+		n = float64(most - 1)
+		if p.ceil == 0 {
+			n = float64(min(most, max(most-1, 1)))
+		}
 	}
 	if n > p.ceil {
 		p.every, p.ceil = share(n), n
+	}
+	if p.ceil == 0 {
+		// Nothing of this process passed before the block after all.
+		g.forget(p)
+	}
+}
+
+// forget drops the pace p; g.mu is held.
+func (g *Gates) forget(p *pace) {
+	if g.paces[p.key] == p {
+		delete(g.paces, p.key)
+		g.broadcast()
 	}
 }
 
@@ -308,7 +334,7 @@ func (g *Gates) paceSlack(route string) time.Duration {
 	defer g.mu.Unlock()
 	var d time.Duration
 	for _, p := range g.paced(route, g.clk.Now()) {
-		if d == 0 || p.every < d {
+		if p.every > 0 && (d == 0 || p.every < d) {
 			d = p.every
 		}
 	}
@@ -408,6 +434,9 @@ func (g *Gates) awaitTurn(ctx context.Context, c store.Claim, probe bool, done <
 			for _, p := range ps {
 				if p.learned != 0 && !probe {
 					g.recount(p, now)
+				}
+				if p.every == 0 {
+					continue // forgotten: nothing passed before its block
 				}
 				p.raise(now)
 				before := p.next

@@ -184,11 +184,60 @@ func TestPaceCountsAnswersAfterTheBlock(t *testing.T) {
 	}
 }
 
-func TestNothingPassedLearnsNoPace(t *testing.T) {
-	g, _ := newGates(t)
-	block(g, route)
-	if got := g.paceOf(route); got != 0 {
-		t.Errorf("Pace after a block with nothing passed = %v; want none", got)
+// TestPaceOfAnswersInFlightAtTheBlock: a block met, or heard of from
+// another process, before any answer of this process's requests came
+// paces nothing at once. The first request after the pause counts the
+// answers of the requests that were in flight at the block: if some
+// passed, the process is paced by them (one request per window at least);
+// if none did, it sent nothing there and stays unpaced.
+func TestPaceOfAnswersInFlightAtTheBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		heard  bool // the block came from another process
+		passed int  // answers of requests in flight at the block that passed
+		want   time.Duration
+	}{
+		{"met, four passed", false, 4, 371 * time.Millisecond}, // 3 (one less) × 0.9 per second
+		{"heard, four passed", true, 4, 371 * time.Millisecond},
+		{"met, one passed", false, 1, 1112 * time.Millisecond}, // at least one per window
+		{"met, none passed", false, 0, 0},
+		{"heard, none passed", true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, clk := newGates(t)
+			if tc.heard {
+				g.Merge([]State{{Key: route, Until: time.Second}}, clk.Now())
+			} else {
+				block(g, route)
+			}
+			if got := g.paceOf(route); got != 0 {
+				t.Fatalf("pace before any answer was counted = %v; want none yet", got)
+			}
+			pass(g, clk, route, tc.passed, 50*time.Millisecond)
+			clk.Advance(time.Second)
+			probePassed(g, route)
+			if err := g.awaitPace(context.Background(), store.Claim{Route: route}, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := g.paceOf(route); got != tc.want {
+				t.Errorf("pace after the first request = %v; want %v", got, tc.want)
+			}
+			g.mu.Lock()
+			n := len(g.paces)
+			g.mu.Unlock()
+			if tc.want == 0 && (n != 0 || g.Active()) {
+				t.Errorf("%d paces kept, Active %v, with nothing passed; want none", n, g.Active())
+			}
+			if tc.want == 0 {
+				return
+			}
+			// The pace holds the next request for its interval.
+			err := g.awaitPace(context.Background(), store.Claim{Route: route, NoWait: true}, false, nil)
+			var we *store.WaitError
+			if !errors.As(err, &we) || we.RetryAfter != tc.want {
+				t.Errorf("next claim = %v; want held for %v", err, tc.want)
+			}
+		})
 	}
 }
 
@@ -625,5 +674,27 @@ func TestBlockOfEveryRouteOnAnotherRouteUnpacesTheFirst(t *testing.T) {
 	}
 	if g.paceOf(route) == 0 {
 		t.Error("the route the second block fell on is not paced")
+	}
+}
+
+// TestSecondNoteOfOneBlockLearnsNothing: the note of another process's
+// block can come twice, first before the shared store held the block (no
+// strike) and again once it did (one strike). The second is the same
+// block: a pace that let requests out in between keeps its rate. A note of
+// a probe blocked again (a second strike) lowers it.
+func TestSecondNoteOfOneBlockLearnsNothing(t *testing.T) {
+	g, clk := newGates(t)
+	pass(g, clk, route, 5, 10*time.Millisecond) // 4.5 per second: 223 ms
+	g.Merge([]State{{Key: route, Until: time.Second}}, clk.Now())
+	g.mu.Lock()
+	g.paces[route].tried = true // a request granted before went out under it
+	g.mu.Unlock()
+	g.Merge([]State{{Key: route, Until: time.Second, Strikes: 1}}, clk.Now())
+	if got, want := g.paceOf(route), 223*time.Millisecond; got != want {
+		t.Errorf("pace after the block's second note = %v; want %v, unchanged", got, want)
+	}
+	g.Merge([]State{{Key: route, Until: time.Second, Strikes: 2}}, clk.Now())
+	if got, want := g.paceOf(route), 248*time.Millisecond; got != want {
+		t.Errorf("pace after a blocked probe's note = %v; want %v (a tenth less)", got, want)
 	}
 }
