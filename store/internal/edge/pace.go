@@ -283,17 +283,15 @@ func (g *Gates) recount(p *pace, now time.Time) {
 		// the edge let through in one, and the most of several windows
 		// finds it. The one less also keeps processes that pace
 		// themselves apart under the edge together: each one's evenly
-		// spaced requests can put one more than its rate in a window. A
-		// pace that had nothing to learn from at the block keeps at
-		// least one request per window if any passed.
+		// spaced requests can put one more than its rate in a window. At
+		// least one request per window if any passed: a pace that had
+		// nothing to learn from at the block (the only one a single pass
+		// can raise) keeps it.
 		most := 0
 		for end := from; end <= from+lateAnswers; end++ {
 			most = max(most, g.passed.sum(p.key, end, windowSlots))
 		}
-		n = float64(most - 1)
-		if p.ceil == 0 {
-			n = float64(min(most, max(most-1, 1)))
-		}
+		n = float64(max(most-1, min(most, 1)))
 	}
 	if n > p.ceil {
 		p.every, p.ceil = share(n), n
