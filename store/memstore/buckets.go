@@ -65,14 +65,47 @@ func limitOf(b *bucket) int64 {
 	return b.Limit
 }
 
-func (b *bucket) available(now int64) bool { return b.Available(now) }
+// available reports whether b grants a slot at now: the model's answer,
+// less the slots b keeps for probes (see kept).
+func (b *bucket) available(now int64) bool {
+	if !b.Available(now) {
+		return false
+	}
+	k := b.kept(now)
+	return k == 0 || b.Room(now, k+1) > k
+}
+
+// kept returns how many slots the known bucket b keeps at now for the
+// requests in flight on routes of its major whose bucket is not known yet
+// (probes): such a route may turn out to share b, and Discord then counts
+// its request in b's window. A probe's slot is kept until its answer, or
+// until it is overdue (see [model.ReportSlack]); the answer of a probe
+// that shares b lowers b's count like any response of b.
+func (b *bucket) kept(now int64) int64 {
+	if b.Probe || !b.Known || b.Unlimited || b.c == nil {
+		return 0
+	}
+	if p := b.c.probes[b.key.major]; p.n > 0 && now < p.until {
+		return p.n
+	}
+	return 0
+}
+
+// probing counts the requests in flight on the probe buckets of one major.
+type probing struct {
+	n     int64 // requests in flight
+	until int64 // when the last of them is overdue (ms)
+}
 
 // take grants a slot, counting a probe's request against its major; reach
 // is the store's hold (see [model.Bucket.Aged]).
 func (b *bucket) take(now, reach int64) {
 	b.Take(now, reach)
 	if b.Probe {
-		b.c.probes[b.key.major]++
+		p := b.c.probes[b.key.major]
+		p.n++
+		p.until = max(p.until, b.ArriveBy+model.ReportSlack)
+		b.c.probes[b.key.major] = p
 	}
 }
 
@@ -97,8 +130,11 @@ func (b *bucket) giveBack(now int64) {
 // unprobe stops counting one of a probe's requests against its major.
 func (b *bucket) unprobe() {
 	if b.Pending > 0 && b.Probe {
-		if b.c.probes[b.key.major]--; b.c.probes[b.key.major] <= 0 {
+		p := b.c.probes[b.key.major]
+		if p.n--; p.n <= 0 {
 			delete(b.c.probes, b.key.major)
+		} else {
+			b.c.probes[b.key.major] = p
 		}
 	}
 }

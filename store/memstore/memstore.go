@@ -163,7 +163,7 @@ type cred struct {
 	globalQ  queue // waiters that hold their bucket slot and wait for the global window
 	m        model.Cred
 	dead     map[string]int64     // token-authenticated majors that answered 401 or 404
-	probes   map[string]int64     // requests in flight on routes whose bucket is unknown, by major
+	probes   map[string]probing   // requests in flight on routes whose bucket is unknown, by major
 	subs     map[subKey]*sublimit // hidden sublimits, by the requests they hold
 	alarm    alarm                // pumps the global queue when its window opens
 	lastUsed int64
@@ -510,7 +510,7 @@ func (s *Store) estimate(cr *cred, b *bucket, c *store.Claim, now int64) int64 {
 func (s *Store) cred(id string, now int64) *cred {
 	cr := s.creds[id]
 	if cr == nil {
-		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]int64)}
+		cr = &cred{id: id, routes: make(map[string]*route), buckets: make(map[bkey]*bucket), probes: make(map[string]probing)}
 		s.creds[id] = cr
 		s.unfold(cr, now)
 		s.armSweep(now)
@@ -555,6 +555,20 @@ func (s *Store) pumpBucket(b *bucket, now int64) {
 	}
 	if moved || !b.q.empty() {
 		s.arm(b, now)
+	}
+}
+
+// pumpMajor pumps the buckets of major that have waiters, after the answer
+// of a probe on it gave back the slot they kept for it (see bucket.kept).
+func (s *Store) pumpMajor(cr *cred, major string, now int64) {
+	var waiting []*bucket
+	for _, b := range cr.buckets {
+		if b.key.major == major && !b.Probe && !b.q.empty() {
+			waiting = append(waiting, b)
+		}
+	}
+	for _, b := range waiting {
+		s.pumpBucket(b, now)
 	}
 }
 
@@ -604,6 +618,13 @@ func (cr *cred) globalReady(now int64) bool {
 // arm makes sure b is pumped again when time alone may open it.
 func (s *Store) arm(b *bucket, now int64) {
 	at := b.WakeAt(now)
+	if b.kept(now) > 0 {
+		// The slots kept for probes come back when they are overdue at
+		// the latest (their answers pump the buckets of their major).
+		if u := b.c.probes[b.key.major].until; at == 0 || u < at {
+			at = u
+		}
+	}
 	if at == 0 {
 		return
 	}
@@ -679,6 +700,9 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 		if granted != nil {
 			granted.giveBack(now)
 			s.pumpBucket(granted, now)
+			if granted.Probe {
+				s.pumpMajor(cr, c.Major, now)
+			}
 		}
 		return nil
 	}
@@ -712,7 +736,7 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	if u.ResetAfter >= 0 {
 		h.ResetAfter = millis(store.ClampDuration(u.ResetAfter))
 	}
-	probes := cr.probes[c.Major]
+	probes := cr.probes[c.Major].n
 	glimit, tlimit := limitOf(granted), limitOf(target) // before the response, for recall
 	if u.Status == 429 {
 		switch {
@@ -757,6 +781,9 @@ func (s *Store) Settle(ctx context.Context, r *store.Reservation, update store.U
 	}
 	if target != nil && target != granted {
 		s.pumpBucket(target, now)
+	}
+	if granted != nil && granted.Probe {
+		s.pumpMajor(cr, c.Major, now)
 	}
 	if u.Status == 429 {
 		for _, b := range cr.buckets {

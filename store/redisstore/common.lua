@@ -84,13 +84,16 @@ end
 -- 429), unauthorized (a 401), the moments until which the TTLs of the
 -- global window (gexp) and of the routes (rexp) were last set, so that a
 -- TTL is set when its horizon moves rather than on every call, and until
--- when processes may wait in the global window's line (glu).
+-- when processes may wait in the global window's line (glu), and until
+-- when a probe of the credential may be in flight (pru: a claim on a known
+-- bucket reads the probes of its major only before then).
 local function loadCred(key)
   if not credState then
-    local f = redis.call('HMGET', key, 'gpause', 'unauth', 'gexp', 'rexp', 'glu')
+    local f = redis.call('HMGET', key, 'gpause', 'unauth', 'gexp', 'rexp', 'glu', 'pru')
     credKey = key
     credState = {pause = tonumber(f[1]) or 0, unauthorized = tonumber(f[2]) or 0,
-      gexp = tonumber(f[3]) or 0, rexp = tonumber(f[4]) or 0, glu = tonumber(f[5]) or 0}
+      gexp = tonumber(f[3]) or 0, rexp = tonumber(f[4]) or 0, glu = tonumber(f[5]) or 0,
+      pru = tonumber(f[6]) or 0}
   end
   return credState
 end
@@ -431,8 +434,9 @@ local function flush()
   end
   if credDirty then
     local c = credState
-    redis.call('HSET', credKey, 'gpause', c.pause, 'unauth', c.unauthorized, 'gexp', c.gexp, 'rexp', c.rexp, 'glu', c.glu)
-    extend(credKey, ceil(math.max(c.pause, c.unauthorized, c.gexp, c.rexp, c.glu) - now) + 1000)
+    redis.call('HSET', credKey, 'gpause', c.pause, 'unauth', c.unauthorized, 'gexp', c.gexp, 'rexp', c.rexp, 'glu', c.glu,
+      'pru', c.pru)
+    extend(credKey, ceil(math.max(c.pause, c.unauthorized, c.gexp, c.rexp, c.glu, c.pru) - now) + 1000)
   end
 end
 

@@ -30,7 +30,8 @@
 //	P:{T}:c        HASH   gpause, unauth: deadlines of the global pause and of a 401 cooldown
 //	                      (blocks are per IP, see P:{E}:e); gexp, rexp: until when the TTLs of
 //	                      P:{T}:g and P:{T}:r were last set; glu: until when processes may wait
-//	                      in the global window's line; TTL until the last of them + 1 s
+//	                      in the global window's line; pru: until when a probe (below) may be in
+//	                      flight; TTL until the last of them + 1 s
 //	P:{T}:g        ZSET   global window: permit id -> latest moment its request reached Discord
 //	                      (grant + hold + 0.5 ms until it answers, then the response time,
 //	                      earlier or later; a reserved grant lies in the future); TTL a minute
@@ -44,7 +45,9 @@
 //	P:{T}:b:<B>    STRING a counter's state in the rate-limit model, 35 packed doubles (see
 //	                      model.lua); TTL until its reset, pause or pending permits' timeout + 10 min
 //	P:{T}:m        HASH   digest of a major -> requests in flight on its routes whose bucket is
-//	                      not known yet (discounted when a bucket is learned); TTL pending timeout
+//	                      not known yet (probes: discounted when a bucket is learned, and a slot
+//	                      kept for each in the known buckets of the major); the digest and "@" ->
+//	                      when the last of them is overdue; TTL pending timeout
 //	P:{T}:p:<S>    STRING what Redis knows of Store S: the number of its last call and of its
 //	                      last report applied, and what each claim of that call was granted; TTL 1 h
 //	P:{T}:w:<B>    ZSET   the line of counter B (or "g", the global window): tickets of the

@@ -11,7 +11,8 @@
 --   3 global  ZSET   the global window: permit id -> latest arrival at Discord
 --                    (ms): the response's arrival once answered, the grant
 --                    plus the hold and UNANSWERED (half a ms) before
---   4 probes  HASH   major digest -> probe requests in flight
+--   4 probes  HASH   major digest -> probe requests in flight; major digest
+--                    and "@" -> when the last of them is overdue (ms)
 --   5 proc    STRING this process's record for the credential: the number of its
 --                    last call applied, of its last report applied, and what each
 --                    claim of that call was granted
@@ -148,11 +149,31 @@ local function wakeOf(b)
   return -1
 end
 
--- unprobe counts one probe request of the major less in flight.
-local function unprobe(majorDigest)
-  if redis.call('HINCRBY', KEYS[4], majorDigest, -1) <= 0 then
-    redis.call('HDEL', KEYS[4], majorDigest)
+-- unprobe counts n probe requests of the major less in flight (1 when n
+-- is nil).
+local function unprobe(majorDigest, n)
+  if redis.call('HINCRBY', KEYS[4], majorDigest, -(n or 1)) <= 0 then
+    redis.call('HDEL', KEYS[4], majorDigest, majorDigest .. '@')
   end
+end
+
+-- KEPT_POLL bounds (ms) how long a claim that only the slots kept for
+-- probes hold waits before it asks again: a probe's answer comes within a
+-- round trip, and tells no one.
+local KEPT_POLL = 20
+
+-- kept returns how many slots the known bucket b keeps for the probes in
+-- flight on routes of its major (digest md) whose bucket is not known yet,
+-- and until when: such a route may turn out to share b, and Discord then
+-- counts its request in b's window. A probe keeps its slot until its
+-- answer, or until it is overdue. (memstore's bucket.kept.) It reads
+-- nothing while no probe of the credential c may be in flight.
+local function kept(c, b, md)
+  if c.pru <= now or not b.known or b.unlimited then return 0, 0 end
+  local f = redis.call('HMGET', KEYS[4], md, md .. '@')
+  local n, untilT = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+  if n <= 0 or untilT <= now then return 0, 0 end
+  return n, untilT
 end
 
 -- Recalls. A response that spent a bucket while grants of it were out (a
@@ -547,6 +568,7 @@ local function claim(i, k, a)
   -- the slots it waits for, of the bucket and of the global window.
   local line, aheadB, posB, expiresB = nil, 0, nil, nil
   local freeB = want + extra
+  local keptB, keptUntil = 0, 0
   if kind ~= 2 then
     if b.lineUntil > now then
       line = lineLoad(LK, LT, me)
@@ -554,7 +576,8 @@ local function claim(i, k, a)
     else
       line = lineEmpty(LK, LT)
     end
-    freeB = room(b, now, want + extra + aheadB) - aheadB
+    if kind == 0 then keptB, keptUntil = kept(c, b, ARGV[a + 7]) end
+    freeB = room(b, now, want + extra + aheadB + keptB) - aheadB - keptB
   end
   local aheadG, freeG = 0, want + extra
   if isGlobal then
@@ -602,6 +625,15 @@ local function claim(i, k, a)
     -- Wait. The holders ahead keep their slots; this process takes a
     -- ticket behind them, so that it is told, or knows, when its turn
     -- comes.
+    if freeB < 1 and keptB > 0 and room(b, now, want + aheadB) - aheadB >= 1 then
+      -- Only the slots kept for probes hold it in the bucket: look again
+      -- when their answers have surely come, or they are overdue, unless
+      -- the global window holds it too.
+      if not isGlobal or freeG >= 1 then
+        return {1, ceil(math.min(keptUntil - now, KEPT_POLL)), 0, 1, 0, name, b.limit}
+      end
+      freeB = 1
+    end
     if freeB < 1 then
       local at = bound(b, now, aheadB)
       local wk = wakeAt(b, now)
@@ -699,8 +731,16 @@ local function claim(i, k, a)
     b.pendingUntil = math.max(b.pendingUntil, now + latest + pendingTTL)
     saveBucket(B, b, bucketTTL)
     if kind == 1 then
+      -- The known buckets of the major keep a slot for each probe in
+      -- flight (see kept) until it is overdue, as takeN has it.
+      local overdue = now + latest + hold + REPORT_SLACK
       redis.call('HINCRBY', KEYS[4], ARGV[a + 7], granted)
+      redis.call('HSET', KEYS[4], ARGV[a + 7] .. '@', overdue)
       extend(KEYS[4], latest + pendingTTL + 1000)
+      if overdue > c.pru then
+        c.pru = overdue
+        saveCred()
+      end
     end
   end
   -- What this claim still waits for, and where: in the bucket's line
@@ -803,9 +843,7 @@ local function undoLost(ki, ai)
           for _ = 1, n do giveBack(b, now) end
           saveBucket(key, b, bucketTTL)
         end
-        if kind == 1 and redis.call('HINCRBY', KEYS[4], ARGV[ai + 1], -n) <= 0 then
-          redis.call('HDEL', KEYS[4], ARGV[ai + 1])
-        end
+        if kind == 1 then unprobe(ARGV[ai + 1], n) end
         if ARGV[ai + 2] == '1' then
           local members = {}
           for j = 1, n do members[j] = ARGV[ai] .. j end

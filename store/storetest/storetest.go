@@ -54,6 +54,7 @@ func cases() []testCase {
 		{name: "ProbePerMajor", run: testProbePerMajor},
 		{name: "RemainingCountsGrants", run: testRemainingCountsGrants},
 		{name: "SharedHashPerMajor", run: testSharedHashPerMajor},
+		{name: "ProbeKeepsSlot", run: testProbeKeepsSlot},
 		{name: "NoBucketRoute", run: testNoBucketRoute},
 		{name: "StaleRemaining", run: testStaleRemaining},
 		{name: "ResetOnlyMovesLater", run: testResetOnlyMovesLater},
@@ -472,6 +473,44 @@ func testSharedHashPerMajor(h *harness) {
 	h.learn(other, "h", 3, 2, far)
 	h.acquireNow(other)
 	h.acquireNow(other)
+}
+
+// testProbeKeepsSlot: the first request of a route whose bucket is not
+// known (its probe) may count in a known bucket of its major, since routes
+// share hashes; while it is in flight, the known buckets of the major keep
+// a slot for it. When its answer names another bucket, the slot goes at
+// once; when it names the same one, the bucket follows its count; when it
+// never comes, the slot goes once the probe is overdue.
+func testProbeKeepsSlot(h *harness) {
+	cred := h.cred("a")
+	ctx := h.t.Context()
+
+	// Major 1: the probe's route turns out to have a bucket of its own.
+	create := claim(cred, routeCreate, major1)
+	h.learn(create, "h", 3, 2, far)
+	h.acquireNow(create) // one slot left
+	probe := h.acquireNow(claim(cred, routeList, major1))
+	last := h.stillWaiting(h.acquireAsync(ctx, create), watch, "last slot of a bucket while a probe of its major is in flight")
+	h.update(probe, limits(probe.Claim, "other", 5, 4, far))
+	h.granted(last, "last slot once the probe's answer names another bucket")
+
+	// Major 2: the probe's route shares the bucket, whose last slot it took.
+	create2 := claim(cred, routeCreate, major2)
+	h.learn(create2, "h", 3, 2, far)
+	h.acquireNow(create2)
+	probe2 := h.acquireNow(claim(cred, routeEdit, major2))
+	after := h.stillWaiting(h.acquireAsync(ctx, create2), watch, "last slot of a bucket while a probe of its major is in flight")
+	h.update(probe2, limits(probe2.Claim, "h", 3, 0, far))
+	h.stillWaiting(after, watch, "request after the probe's answer spent the bucket it shares")
+
+	// Major 3: the probe is never answered (its process stopped): the slot
+	// goes once the probe is overdue.
+	create3 := claim(cred, routeCreate, major3)
+	h.learn(create3, "h", 3, 2, far)
+	h.acquireNow(create3)
+	h.acquireNow(claim(cred, routeChan, major3))
+	overdue := h.stillWaiting(h.acquireAsync(ctx, create3), watch, "last slot while an unanswered probe may still count")
+	h.granted(overdue, "last slot once the unanswered probe is overdue")
 }
 
 // testNoBucketRoute: a route answering 2xx without rate-limit headers is
