@@ -734,6 +734,8 @@ local function claim(i, k, a)
       -- The known buckets of the major keep a slot for each probe in
       -- flight (see kept) until it is overdue, as takeN has it.
       local overdue = now + latest + hold + REPORT_SLACK
+      -- (One granted before may be due later: a slot reserved ahead.)
+      overdue = math.max(overdue, tonumber(redis.call('HGET', KEYS[4], ARGV[a + 7] .. '@')) or 0)
       redis.call('HINCRBY', KEYS[4], ARGV[a + 7], granted)
       redis.call('HSET', KEYS[4], ARGV[a + 7] .. '@', overdue)
       extend(KEYS[4], latest + pendingTTL + 1000)
