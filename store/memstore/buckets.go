@@ -82,8 +82,8 @@ func (b *bucket) available(now int64) bool {
 // until it is overdue (see [model.ReportSlack]); the answer of a probe
 // that shares b lowers b's count like any response of b.
 func (b *bucket) kept(now int64) int64 {
-	if b.Probe || !b.Known || b.Unlimited || b.c == nil {
-		return 0
+	if b.c == nil || len(b.c.probes) == 0 || b.Probe || !b.Known || b.Unlimited {
+		return 0 // the fast path: no probe of the credential in flight
 	}
 	if p := b.c.probes[b.key.major]; p.n > 0 && now < p.until {
 		return p.n
