@@ -71,7 +71,7 @@ func (b *bucket) available(now int64) bool {
 	if !b.Available(now) {
 		return false
 	}
-	k := b.kept(now)
+	k, _ := b.kept(now)
 	return k == 0 || b.Room(now, k+1) > k
 }
 
@@ -80,15 +80,16 @@ func (b *bucket) available(now int64) bool {
 // (probes): such a route may turn out to share b, and Discord then counts
 // its request in b's window. A probe's slot is kept until its answer, or
 // until it is overdue (see [model.ReportSlack]); the answer of a probe
-// that shares b lowers b's count like any response of b.
-func (b *bucket) kept(now int64) int64 {
+// that shares b lowers b's count like any response of b. It also returns
+// when the kept slots come back at the latest (0 when none are kept).
+func (b *bucket) kept(now int64) (n, until int64) {
 	if b.c == nil || len(b.c.probes) == 0 || b.Probe || !b.Known || b.Unlimited {
-		return 0 // the fast path: no probe of the credential in flight
+		return 0, 0 // the fast path: no probe of the credential in flight
 	}
 	if p := b.c.probes[b.key.major]; p.n > 0 && now < p.until {
-		return p.n
+		return p.n, p.until
 	}
-	return 0
+	return 0, 0
 }
 
 // probing counts the requests in flight on the probe buckets of one major.

@@ -618,12 +618,10 @@ func (cr *cred) globalReady(now int64) bool {
 // arm makes sure b is pumped again when time alone may open it.
 func (s *Store) arm(b *bucket, now int64) {
 	at := b.WakeAt(now)
-	if b.kept(now) > 0 {
+	if _, u := b.kept(now); u > 0 && (at == 0 || u < at) {
 		// The slots kept for probes come back when they are overdue at
 		// the latest (their answers pump the buckets of their major).
-		if u := b.c.probes[b.key.major].until; at == 0 || u < at {
-			at = u
-		}
+		at = u
 	}
 	if at == 0 {
 		return
